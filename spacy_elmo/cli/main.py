@@ -1,0 +1,54 @@
+"""`python -m spacy_elmo`: command-line entry points."""
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(name="spacy_elmo", help="ELMo contextual word vectors for spaCy.", no_args_is_help=True)
+
+GOLDEN_DEMO_MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "elmo-golden" / "allennlp"
+
+DEMO_PAIRS = [
+    ("I sat by the bank of the river and watched the water.", "bank"),
+    ("We walked along the grassy bank of the stream.", "bank"),
+    ("She deposited her salary at the bank on Monday.", "bank"),
+    ("The bank approved the loan for the new house.", "bank"),
+]
+
+
+@app.command()
+def info(
+    weights: Path = typer.Argument(..., help="Model directory, or a public ELMo .hdf5 file"),
+    options: Optional[Path] = typer.Option(None, help="options.json for a public .hdf5 file"),
+) -> None:
+    """Print a model's configuration."""
+    from ..pipeline.component import load_bilm
+
+    bilm = load_bilm(str(weights), str(options) if options else None)
+    for key, value in bilm.config.to_dict().items():
+        typer.echo(f"{key:26} {value}")
+    typer.echo(f"{'parameters':26} {sum(p.numel() for p in bilm.parameters()):,}")
+
+
+@app.command()
+def demo(
+    weights: Optional[Path] = typer.Option(None, help="Model directory or public .hdf5 (default: the tiny test model in ../shared)"),
+    options: Optional[Path] = typer.Option(None, help="options.json for a public .hdf5 file"),
+) -> None:
+    """Embed a few sentences and print contextual similarities of the word 'bank'."""
+    import spacy
+
+    if weights is None:
+        if not GOLDEN_DEMO_MODEL.is_dir():
+            raise typer.BadParameter(f"no --weights given and no demo model at {GOLDEN_DEMO_MODEL}")
+        weights, options = GOLDEN_DEMO_MODEL / "lm_weights.hdf5", GOLDEN_DEMO_MODEL / "options.json"
+        typer.echo(f"Using the tiny public-format test model in {GOLDEN_DEMO_MODEL} (random-quality vectors).")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(weights), "options": str(options) if options else None})
+    docs = list(nlp.pipe(text for text, _ in DEMO_PAIRS))
+    first = docs[0]
+    typer.echo(f"doc._.elmo.layers {first._.elmo.layers.shape}  doc._.elmo.mixed {first._.elmo.mixed.shape}")
+    words = [next(t for t in doc if t.text == word) for doc, (_, word) in zip(docs, DEMO_PAIRS)]
+    typer.echo("cosine of 'bank' across sentences (river, river, money, money):")
+    for a in words:
+        typer.echo("  " + "  ".join(f"{a.similarity(b):6.3f}" for b in words))

@@ -1,0 +1,110 @@
+"""The project's own model format: a directory with `config.json` and `weights.npz`.
+
+Weights are a NumPy archive read with `allow_pickle=False`, so loading never unpickles
+anything. The same content travels as bytes (for `nlp.to_bytes`) in a msgpack map.
+"""
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Union
+
+import numpy
+import srsly
+import torch
+
+from ..nn.bilm import BiLM
+from ..nn.config import BiLMConfig
+from .errors import ModelFileError
+
+FORMAT = "spacy-elmo-bilm"
+VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "weights.npz"
+
+
+def is_model_dir(path: Union[str, Path]) -> bool:
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
+    """Write `bilm` to the directory `path` (created if needed)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG_FILE).write_text(json.dumps(_header(bilm), indent=2), encoding="utf-8")
+    (path / WEIGHTS_FILE).write_bytes(_weights_to_npz(bilm))
+
+
+def load_model(path: Union[str, Path]) -> BiLM:
+    """Read a model directory written by `save_model`."""
+    path = Path(path)
+    config_path = path / CONFIG_FILE
+    if not path.is_dir():
+        raise ModelFileError(path, "model directory not found")
+    if not config_path.is_file():
+        raise ModelFileError(path, f"not a spacy-elmo model directory (no {CONFIG_FILE})")
+    try:
+        header = json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelFileError(config_path, f"not valid JSON ({err})") from err
+    weights_path = path / WEIGHTS_FILE
+    if not weights_path.is_file():
+        raise ModelFileError(weights_path, "weight file not found")
+    return _build(header, weights_path.read_bytes(), config_path, weights_path)
+
+
+def model_to_bytes(bilm: BiLM) -> bytes:
+    return srsly.msgpack_dumps({"header": _header(bilm), "weights": _weights_to_npz(bilm)})
+
+
+def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
+    try:
+        message = srsly.msgpack_loads(data)
+        header, weights = message["header"], message["weights"]
+    except Exception as err:  # msgpack raises several unrelated types
+        raise ModelFileError(source, f"not a serialized spacy-elmo model ({err})") from err
+    return _build(header, weights, source, source)
+
+
+def _header(bilm: BiLM) -> Dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "bilm": bilm.config.to_dict()}
+
+
+def _weights_to_npz(bilm: BiLM) -> bytes:
+    buffer = io.BytesIO()
+    arrays = {name: t.detach().cpu().numpy() for name, t in bilm.state_dict().items()}
+    numpy.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _build(header: Any, weights: bytes, config_source: Any, weights_source: Any) -> BiLM:
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ModelFileError(config_source, f"not a {FORMAT} configuration")
+    if header.get("version") != VERSION:
+        raise ModelFileError(config_source, f"format version {header.get('version')!r} is not supported (expected {VERSION})")
+    try:
+        config = BiLMConfig.from_dict(header["bilm"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelFileError(config_source, f"invalid biLM configuration ({err})") from err
+    bilm = BiLM(config)
+    expected = bilm.state_dict()
+    try:
+        with numpy.load(io.BytesIO(weights), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise ModelFileError(weights_source, f"not a readable weight archive, it may be truncated ({err})") from err
+    missing = sorted(set(expected) - set(arrays))
+    unexpected = sorted(set(arrays) - set(expected))
+    if missing or unexpected:
+        raise ModelFileError(
+            weights_source, f"weights do not match the configuration (missing {missing}, unexpected {unexpected})"
+        )
+    for name, array in arrays.items():
+        if tuple(array.shape) != tuple(expected[name].shape):
+            raise ModelFileError(
+                weights_source, f"{name} has shape {array.shape}, the configuration calls for {tuple(expected[name].shape)}"
+            )
+        if array.dtype.kind != "f":
+            raise ModelFileError(weights_source, f"{name} has dtype {array.dtype}, expected floating point")
+    bilm.load_state_dict({name: torch.from_numpy(array.astype(numpy.float32)) for name, array in arrays.items()})
+    return bilm.eval()

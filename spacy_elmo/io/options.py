@@ -1,0 +1,76 @@
+"""The public ELMo `options.json` (bilm-tf / AllenNLP) <-> `BiLMConfig`."""
+import json
+from pathlib import Path
+from typing import Any, Dict, Union
+
+from ..nn.config import BiLMConfig
+from .errors import ModelFileError
+
+
+def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
+    """Map a parsed options dict to a `BiLMConfig`; KeyError/ValueError on bad content."""
+    lstm, cnn = options["lstm"], options["char_cnn"]
+    return BiLMConfig(
+        filters=tuple(tuple(f) for f in cnn["filters"]),
+        char_embedding_dim=int(cnn["embedding"]["dim"]),
+        n_highway=int(cnn["n_highway"]),
+        activation=cnn.get("activation", "relu"),
+        max_characters_per_token=int(cnn.get("max_characters_per_token", 50)),
+        n_characters=int(cnn.get("n_characters", 262)),
+        lstm_dim=int(lstm["dim"]),
+        projection_dim=int(lstm["projection_dim"]),
+        n_layers=int(lstm["n_layers"]),
+        cell_clip=_optional_float(lstm.get("cell_clip")),
+        proj_clip=_optional_float(lstm.get("proj_clip")),
+        use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+    )
+
+
+def options_from_config(config: BiLMConfig) -> Dict[str, Any]:
+    """The options dict that bilm-tf and AllenNLP read for inference (n_characters 262)."""
+    lstm: Dict[str, Any] = {
+        "dim": config.lstm_dim,
+        "projection_dim": config.projection_dim,
+        "n_layers": config.n_layers,
+        "use_skip_connections": config.use_skip_connections,
+    }
+    if config.cell_clip is not None:
+        lstm["cell_clip"] = config.cell_clip
+    if config.proj_clip is not None:
+        lstm["proj_clip"] = config.proj_clip
+    return {
+        "lstm": lstm,
+        "char_cnn": {
+            "embedding": {"dim": config.char_embedding_dim},
+            "filters": [list(f) for f in config.filters],
+            "n_highway": config.n_highway,
+            "n_characters": 262,
+            "max_characters_per_token": config.max_characters_per_token,
+            "activation": config.activation,
+        },
+    }
+
+
+def read_options(path: Union[str, Path]) -> BiLMConfig:
+    """Read an options.json file; errors name the file and the problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(path, "options file not found")
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelFileError(path, f"not a valid JSON options file ({err})") from err
+    try:
+        return config_from_options(options)
+    except KeyError as err:
+        raise ModelFileError(path, f"options file lacks the key {err}") from err
+    except (TypeError, ValueError) as err:
+        raise ModelFileError(path, f"invalid options ({err})") from err
+
+
+def write_options(config: BiLMConfig, path: Union[str, Path]) -> None:
+    Path(path).write_text(json.dumps(options_from_config(config), indent=2), encoding="utf-8")
+
+
+def _optional_float(value: Any) -> Any:
+    return None if value is None else float(value)

@@ -1,0 +1,183 @@
+"""The public ELMo weight file (bilm-tf / AllenNLP hdf5), read into and written from a `BiLM`.
+
+Layout of the file, for a biLM with F filters, K highways and L LSTM layers:
+  char_embed                         (261, char_dim)         no row for the padded token
+  CNN/W_cnn_{i}, CNN/b_cnn_{i}       (1, width, char_dim, n), (n,)
+  CNN_high_{k}/W_transform, b_transform, W_carry, b_carry    x @ W convention
+  CNN_proj/W_proj, b_proj            (n_filters, P), (P,)     absent when n_filters == P
+  RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0   (in + P, 4H), gates i, j, f, o
+                                             .../B     (4H,), forget bias +1 not included
+                                             .../W_P_0 (H, P)  absent when H == P
+d = 0 is the forward direction, 1 the backward one.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Union
+
+import numpy
+import torch
+
+from ..nn.bilm import BiLM
+from ..nn.config import BiLMConfig
+from ..nn.lstm import ProjectedLSTM
+from .errors import ModelFileError
+from .options import read_options, write_options
+
+Converter = Callable[[numpy.ndarray], numpy.ndarray]
+GATE_ORDER = [0, 2, 1, 3]
+"""bilm-tf gates (i, j, f, o) <-> our gates (i, f, g, o); the permutation is its own inverse."""
+
+
+@dataclass
+class _Entry:
+    """One public dataset: how to read/write it in torch layout and convert between layouts."""
+
+    read: Callable[[], numpy.ndarray]
+    write: Callable[[numpy.ndarray], None]
+    to_torch: Converter
+    to_public: Converter
+
+
+def _param_entry(param: torch.Tensor, to_torch: Converter, to_public: Converter) -> _Entry:
+    def write(value: numpy.ndarray) -> None:
+        param.data.copy_(torch.from_numpy(numpy.ascontiguousarray(value, dtype=numpy.float32)))
+
+    return _Entry(lambda: param.detach().cpu().numpy(), write, to_torch, to_public)
+
+
+def _lstm_weight_entry(lstm: ProjectedLSTM, cell_dim: int) -> _Entry:
+    """W_0 packs the input and recurrent matrices side by side."""
+
+    def read() -> numpy.ndarray:
+        return torch.cat([lstm.input_weight, lstm.recurrent_weight], dim=1).detach().cpu().numpy()
+
+    def write(value: numpy.ndarray) -> None:
+        tensor = torch.from_numpy(numpy.ascontiguousarray(value, dtype=numpy.float32))
+        lstm.input_weight.data.copy_(tensor[:, : lstm.input_dim])
+        lstm.recurrent_weight.data.copy_(tensor[:, lstm.input_dim :])
+
+    return _Entry(read, write, lambda a: _reorder_gates(a.T, cell_dim), lambda a: _reorder_gates(a, cell_dim).T)
+
+
+def _reorder_gates(array: numpy.ndarray, cell_dim: int) -> numpy.ndarray:
+    blocks = [array[k * cell_dim : (k + 1) * cell_dim] for k in range(4)]
+    return numpy.concatenate([blocks[k] for k in GATE_ORDER])
+
+
+def _shift_forget_bias(bias: numpy.ndarray, cell_dim: int, offset: float) -> numpy.ndarray:
+    """Add bilm-tf's constant forget bias (+1 on load, -1 on save); f is block 2 in bilm-tf order."""
+    bias = bias.copy()
+    bias[2 * cell_dim : 3 * cell_dim] += offset
+    return bias
+
+
+def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
+    """public dataset name -> how it maps onto `bilm`."""
+    encoder = bilm.token_encoder
+    h = bilm.config.lstm_dim
+    transpose: Converter = numpy.transpose
+    same: Converter = lambda a: a  # noqa: E731
+    table = {
+        "char_embed": _param_entry(
+            encoder.char_embedding.weight,
+            lambda a: numpy.concatenate([numpy.zeros_like(a[:1]), a]),
+            lambda a: a[1:],
+        )
+    }
+    for i, conv in enumerate(encoder.cnn.convs):
+        table[f"CNN/W_cnn_{i}"] = _param_entry(
+            conv.weight, lambda a: a[0].transpose(2, 1, 0), lambda a: a.transpose(2, 1, 0)[None]
+        )
+        table[f"CNN/b_cnn_{i}"] = _param_entry(conv.bias, same, same)
+    for k, highway in enumerate(encoder.highways):
+        table[f"CNN_high_{k}/W_transform"] = _param_entry(highway.transform.weight, transpose, transpose)
+        table[f"CNN_high_{k}/b_transform"] = _param_entry(highway.transform.bias, same, same)
+        table[f"CNN_high_{k}/W_carry"] = _param_entry(highway.gate.weight, transpose, transpose)
+        table[f"CNN_high_{k}/b_carry"] = _param_entry(highway.gate.bias, same, same)
+    if encoder.projection is not None:
+        table["CNN_proj/W_proj"] = _param_entry(encoder.projection.weight, transpose, transpose)
+        table["CNN_proj/b_proj"] = _param_entry(encoder.projection.bias, same, same)
+    for d, stack in enumerate((bilm.forward_stack, bilm.backward_stack)):
+        for layer, lstm in enumerate(stack.layers):
+            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            table[f"{prefix}/W_0"] = _lstm_weight_entry(lstm, h)
+            table[f"{prefix}/B"] = _param_entry(
+                lstm.bias,
+                lambda a: _reorder_gates(_shift_forget_bias(a, h, 1.0), h),
+                lambda a: _shift_forget_bias(_reorder_gates(a, h), h, -1.0),
+            )
+            if lstm.projection is not None:
+                table[f"{prefix}/W_P_0"] = _param_entry(lstm.projection, transpose, transpose)
+    return table
+
+
+def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file: Union[str, Path] = "options") -> None:
+    """Fill `bilm` from a public hdf5 file; every dataset is checked against the config."""
+    import h5py
+
+    path = Path(weight_file)
+    if not path.is_file():
+        raise ModelFileError(path, "weight file not found")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as err:
+        raise ModelFileError(path, f"not a readable HDF5 weight file, it may be truncated or corrupt ({err})") from err
+    table = _weight_table(bilm)
+    with handle:
+        _check_no_extra_layers(handle, bilm.config, path, options_file)
+        for name, entry in table.items():
+            if name not in handle:
+                raise ModelFileError(
+                    path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights"
+                )
+            try:
+                stored = numpy.asarray(handle[name][...], dtype=numpy.float32)
+            except (OSError, KeyError) as err:
+                raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
+            expected = entry.to_public(entry.read()).shape
+            if stored.shape != expected:
+                raise ModelFileError(
+                    path,
+                    f"dataset {name!r} has shape {stored.shape}, but the options in {options_file} "
+                    f"call for {expected}",
+                )
+            if not numpy.all(numpy.isfinite(stored)):
+                raise ModelFileError(path, f"dataset {name!r} holds NaN or infinite values")
+            entry.write(entry.to_torch(stored))
+
+
+def _check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) -> None:
+    extras = [
+        f"CNN/W_cnn_{len(config.filters)}",
+        f"CNN_high_{config.n_highway}",
+        f"RNN_0/RNN/MultiRNNCell/Cell{config.n_layers}",
+    ]
+    if config.n_filters == config.projection_dim:
+        extras.append("CNN_proj")
+    if config.lstm_dim == config.projection_dim:
+        extras.append("RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0")
+    for name in extras:
+        if name in handle:
+            raise ModelFileError(path, f"holds {name!r}, which the options in {options_file} do not describe")
+
+
+def save_public_weights(bilm: BiLM, weight_file: Union[str, Path]) -> None:
+    """Write `bilm` as a public hdf5 weight file that bilm-tf and AllenNLP read."""
+    import h5py
+
+    with h5py.File(weight_file, "w") as handle:
+        for name, entry in _weight_table(bilm).items():
+            handle.create_dataset(name, data=entry.to_public(entry.read()).astype(numpy.float32))
+
+
+def load_public_model(options_file: Union[str, Path], weight_file: Union[str, Path]) -> BiLM:
+    """Build a `BiLM` from an options.json + weights.hdf5 pair."""
+    config = read_options(options_file)
+    bilm = BiLM(config)
+    load_public_weights(bilm, weight_file, options_file)
+    return bilm.eval()
+
+
+def save_public_model(bilm: BiLM, options_file: Union[str, Path], weight_file: Union[str, Path]) -> None:
+    write_options(bilm.config, options_file)
+    save_public_weights(bilm, weight_file)

@@ -1,0 +1,200 @@
+"""The ELMo bidirectional language model: token encoder plus two separate LSTM stacks.
+
+The forward and backward stacks never see each other: a bidirectional multi-layer
+`nn.LSTM` would leak the future into the forward LM's upper layers.
+"""
+from typing import List, NamedTuple, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from .chars import begin_of_sentence_ids, end_of_sentence_ids
+from .config import BiLMConfig
+from .lstm import LSTMState, ProjectedLSTM
+from .token_encoder import TokenEncoder
+
+BiLMState = List[List[LSTMState]]
+"""state[direction][layer] = (h, c); direction 0 is forward, 1 is backward."""
+
+
+class BiLMOutput(NamedTuple):
+    layers: torch.Tensor
+    """(n_layers + 1, batch, time, 2P): layer 0 is the token encoding duplicated,
+    layer j is [forward_j; backward_j]. Sentence boundaries removed, zero past each length."""
+    mask: torch.Tensor
+    """(batch, time) bool, True where a token is."""
+    state: BiLMState
+    """Final LSTM state of each row, in input row order."""
+
+
+class LSTMStack(nn.Module):
+    """`n_layers` projected LSTMs in one direction, residual from the second layer on."""
+
+    def __init__(self, config: BiLMConfig) -> None:
+        super().__init__()
+        projection = config.projection_dim if config.projection_dim != config.lstm_dim else None
+        self.layers = nn.ModuleList(
+            ProjectedLSTM(config.projection_dim, config.lstm_dim, projection, config.cell_clip, config.proj_clip)
+            for _ in range(config.n_layers)
+        )
+        self.use_skip_connections = config.use_skip_connections
+
+    def forward(
+        self, inputs: torch.Tensor, batch_sizes: List[int], state: Optional[List[LSTMState]] = None
+    ) -> tuple:
+        """(batch, time, P) sorted by length -> list of n_layers (batch, time, P), final states."""
+        outputs, finals = [], []
+        x = inputs
+        for index, layer in enumerate(self.layers):
+            y, final = layer(x, batch_sizes, state[index] if state is not None else None)
+            if self.use_skip_connections and index > 0:
+                y = y + x
+            outputs.append(y)
+            finals.append(final)
+            x = y
+        return outputs, finals
+
+
+def running_rows(sorted_lengths: Sequence[int], time: int) -> List[int]:
+    """For each step t < time, how many rows of a longest-first batch are still running."""
+    counts, running = [], len(sorted_lengths)
+    for t in range(time):
+        while running and sorted_lengths[running - 1] <= t:
+            running -= 1
+        counts.append(running)
+    return counts
+
+
+def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row's first `length` steps; (batch, time, dim) -> same shape."""
+    time = x.shape[1]
+    steps = torch.arange(time, device=x.device).unsqueeze(0)
+    lengths = lengths.unsqueeze(1)
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+class BiLM(nn.Module):
+    """char ids of tokenized sentences -> all ELMo layers."""
+
+    def __init__(self, config: BiLMConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.token_encoder = TokenEncoder(config)
+        self.forward_stack = LSTMStack(config)
+        self.backward_stack = LSTMStack(config)
+        width = config.max_characters_per_token
+        self.register_buffer("bos_ids", torch.from_numpy(begin_of_sentence_ids(width)), persistent=False)
+        self.register_buffer("eos_ids", torch.from_numpy(end_of_sentence_ids(width)), persistent=False)
+
+    @property
+    def n_output_layers(self) -> int:
+        return self.config.n_layers + 1
+
+    def add_sentence_boundaries(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(batch, time, n_chars) -> (batch, time + 2, n_chars) with <S> first and </S> after each row."""
+        batch, time, width = char_ids.shape
+        framed = char_ids.new_zeros(batch, time + 2, width)
+        framed[:, 1 : time + 1] = char_ids
+        framed[:, 0] = self.bos_ids
+        framed[torch.arange(batch, device=char_ids.device), lengths + 1] = self.eos_ids
+        return framed
+
+    def forward(
+        self,
+        char_ids: torch.Tensor,
+        lengths: Union[torch.Tensor, Sequence[int]],
+        state: Optional[BiLMState] = None,
+    ) -> BiLMOutput:
+        """char_ids: (batch, time, n_chars), rows right-padded with 0; lengths: (batch,).
+
+        `state` (stateful mode) is the initial LSTM state per row; zeros when None.
+        """
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=char_ids.device)
+        batch, time = char_ids.shape[:2]
+        if batch == 0 or time == 0:
+            return self._empty_output(batch, time, char_ids, state)
+        if int(lengths.min()) < 1:
+            raise ValueError("every sentence passed to the biLM needs at least one token")
+        order = torch.argsort(lengths, descending=True, stable=True)
+        restore = torch.argsort(order)
+        framed_lengths = lengths[order] + 2
+        framed = self.add_sentence_boundaries(char_ids[order], lengths[order])
+        batch_sizes = running_rows(framed_lengths.tolist(), time + 2)
+        sorted_state = None
+        if state is not None:
+            sorted_state = [[(h[order], c[order]) for h, c in direction] for direction in state]
+
+        tokens = self.token_encoder(framed)
+        forward_layers, forward_final = self.forward_stack(
+            tokens, batch_sizes, sorted_state[0] if sorted_state else None
+        )
+        reversed_tokens = reverse_within_length(tokens, framed_lengths)
+        backward_layers, backward_final = self.backward_stack(
+            reversed_tokens, batch_sizes, sorted_state[1] if sorted_state else None
+        )
+        backward_layers = [reverse_within_length(y, framed_lengths) for y in backward_layers]
+
+        stacked = [torch.cat([tokens, tokens], dim=-1)]
+        stacked += [torch.cat([f, b], dim=-1) for f, b in zip(forward_layers, backward_layers)]
+        layers = torch.stack(stacked)[:, :, 1 : time + 1]
+        mask = torch.arange(time, device=char_ids.device).unsqueeze(0) < lengths[order].unsqueeze(1)
+        layers = layers * mask.unsqueeze(0).unsqueeze(-1)
+        final = [[(h[restore], c[restore]) for h, c in finals] for finals in (forward_final, backward_final)]
+        return BiLMOutput(layers[:, restore], mask[restore], final)
+
+    def _empty_output(
+        self, batch: int, time: int, like: torch.Tensor, state: Optional[BiLMState]
+    ) -> BiLMOutput:
+        dim = self.config.output_dim
+        param = next(self.parameters())
+        layers = param.new_zeros(self.n_output_layers, batch, time, dim)
+        mask = torch.zeros(batch, time, dtype=torch.bool, device=like.device)
+        if state is None:
+            state = [[layer.zero_state(batch, param) for layer in stack.layers]
+                     for stack in (self.forward_stack, self.backward_stack)]
+        return BiLMOutput(layers, mask, state)
+
+
+class StatefulBiLM:
+    """Carries LSTM state per batch row across calls, as bilm-tf and AllenNLP do.
+
+    Only for reproducing the reference implementations: a row's vectors then depend on
+    what that row saw before. Rows beyond the current batch keep their state.
+    """
+
+    def __init__(self, bilm: BiLM) -> None:
+        self.bilm = bilm
+        self.state: Optional[BiLMState] = None
+
+    def reset(self) -> None:
+        self.state = None
+
+    def __call__(self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]]) -> BiLMOutput:
+        batch = char_ids.shape[0]
+        if self.state is None:
+            param = next(self.bilm.parameters())
+            self.state = [[layer.zero_state(batch, param) for layer in stack.layers]
+                          for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
+        self._grow(batch)
+        initial = [[(h[:batch], c[:batch]) for h, c in direction] for direction in self.state]
+        output = self.bilm(char_ids, lengths, initial)
+        self.state = [
+            [(torch.cat([h_new, h[batch:]]), torch.cat([c_new, c[batch:]])) for (h_new, c_new), (h, c) in zip(new, old)]
+            for new, old in zip(output.state, self.state)
+        ]
+        return output
+
+    def _grow(self, batch: int) -> None:
+        assert self.state is not None
+        grown = []
+        for direction in self.state:
+            layers = []
+            for h, c in direction:
+                missing = batch - h.shape[0]
+                if missing > 0:
+                    h = torch.cat([h, h.new_zeros(missing, h.shape[1])])
+                    c = torch.cat([c, c.new_zeros(missing, c.shape[1])])
+                layers.append((h, c))
+            grown.append(layers)
+        self.state = grown

@@ -1,0 +1,74 @@
+"""ELMo character ids: UTF-8 bytes of a token, framed by begin/end-of-word marks.
+
+Ids follow bilm-tf/AllenNLP: bytes 0..255, begin-of-sentence 256, end-of-sentence 257,
+begin-of-word 258, end-of-word 259, padding 260, all shifted by +1 so that an all-zero
+row marks a padded (absent) token.
+"""
+from typing import Dict, Sequence
+
+import numpy
+
+BEGIN_OF_SENTENCE = 256
+END_OF_SENTENCE = 257
+BEGIN_OF_WORD = 258
+END_OF_WORD = 259
+PADDING = 260
+MAX_CHARACTERS = 50
+
+
+def _boundary_ids(character: int, width: int) -> numpy.ndarray:
+    ids = numpy.full(width, PADDING, dtype=numpy.int64)
+    ids[:3] = (BEGIN_OF_WORD, character, END_OF_WORD)
+    return ids + 1
+
+
+def begin_of_sentence_ids(width: int = MAX_CHARACTERS) -> numpy.ndarray:
+    """(width,) char ids of the begin-of-sentence pseudo token."""
+    return _boundary_ids(BEGIN_OF_SENTENCE, width)
+
+
+def end_of_sentence_ids(width: int = MAX_CHARACTERS) -> numpy.ndarray:
+    """(width,) char ids of the end-of-sentence pseudo token."""
+    return _boundary_ids(END_OF_SENTENCE, width)
+
+
+def token_to_char_ids(token: str, width: int = MAX_CHARACTERS) -> numpy.ndarray:
+    """(width,) char ids of one token; bytes beyond `width - 2` are cut.
+
+    Strings that are not valid UTF-8 (lone surrogates) are encoded with replacement.
+    """
+    encoded = token.encode("utf-8", "replace")[: width - 2]
+    ids = numpy.full(width, PADDING, dtype=numpy.int64)
+    ids[0] = BEGIN_OF_WORD
+    ids[1 : len(encoded) + 1] = numpy.frombuffer(encoded, dtype=numpy.uint8)
+    ids[len(encoded) + 1] = END_OF_WORD
+    return ids + 1
+
+
+class CharIdCache:
+    """Memoizes `token_to_char_ids` for a bounded number of distinct strings."""
+
+    def __init__(self, width: int = MAX_CHARACTERS, max_size: int = 100_000) -> None:
+        self.width = width
+        self.max_size = max_size
+        self._cache: Dict[str, numpy.ndarray] = {}
+
+    def __call__(self, token: str) -> numpy.ndarray:
+        ids = self._cache.get(token)
+        if ids is None:
+            ids = token_to_char_ids(token, self.width)
+            if len(self._cache) >= self.max_size:
+                self._cache.clear()
+            self._cache[token] = ids
+        return ids
+
+
+def batch_to_char_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARACTERS) -> numpy.ndarray:
+    """(batch, max_len, width) char ids for tokenized sentences, 0 for padding tokens."""
+    max_len = max((len(s) for s in sentences), default=0)
+    out = numpy.zeros((len(sentences), max_len, width), dtype=numpy.int64)
+    for row, sentence in enumerate(sentences):
+        for col, token in enumerate(sentence):
+            out[row, col] = token_to_char_ids(token, width)
+    return out
+

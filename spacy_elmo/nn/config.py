@@ -1,0 +1,79 @@
+"""Hyperparameters of an ELMo biLM, independent of any file format."""
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional, Tuple
+
+ACTIVATIONS = ("relu", "tanh")
+
+
+@dataclass(frozen=True)
+class BiLMConfig:
+    """Shape of a biLM: char-CNN token encoder plus forward/backward LSTM stacks.
+
+    `filters` holds `(width, n_filters)` pairs. `projection_dim` (P) is the width of
+    the token encoding and of each LSTM output; `lstm_dim` is the LSTM cell size.
+    """
+
+    filters: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
+    char_embedding_dim: int = 16
+    n_highway: int = 1
+    activation: str = "relu"
+    max_characters_per_token: int = 50
+    n_characters: int = 262
+    lstm_dim: int = 1024
+    projection_dim: int = 128
+    n_layers: int = 2
+    cell_clip: Optional[float] = 3.0
+    proj_clip: Optional[float] = 3.0
+    use_skip_connections: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        problems = []
+        if not self.filters:
+            problems.append("filters must not be empty")
+        if any(w < 1 or n < 1 for w, n in self.filters):
+            problems.append(f"filter widths and counts must be positive, got {self.filters}")
+        if any(w > self.max_characters_per_token for w, _ in self.filters):
+            problems.append("a filter is wider than max_characters_per_token")
+        if self.max_characters_per_token < 3:
+            problems.append("max_characters_per_token must be at least 3")
+        if self.activation not in ACTIVATIONS:
+            problems.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.n_characters not in (261, 262):
+            problems.append(f"n_characters must be 261 or 262, got {self.n_characters}")
+        for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be positive")
+        if self.n_highway < 0:
+            problems.append("n_highway must not be negative")
+        if self.projection_dim > self.lstm_dim:
+            problems.append("projection_dim must not exceed lstm_dim")
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                problems.append(f"{name} must be positive or None")
+        if problems:
+            raise ValueError("Invalid biLM configuration: " + "; ".join(problems))
+
+    @property
+    def n_filters(self) -> int:
+        """Width of the concatenated char-CNN output."""
+        return sum(n for _, n in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Width of every layer the user sees: 2 * projection_dim."""
+        return 2 * self.projection_dim
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["filters"] = [list(f) for f in self.filters]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"Unknown biLM configuration keys: {unknown}")
+        return cls(**known)

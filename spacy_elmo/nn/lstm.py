@@ -1,0 +1,89 @@
+"""A unidirectional LSTM with cell clipping, output projection and projection clipping.
+
+This is the cell of bilm-tf/AllenNLP ELMo. `nn.LSTM(proj_size=...)` cannot be used: it
+has no clipping. The input projection is one matrix product over all time steps; the
+time loop only does the recurrent product and the gate arithmetic, and only for the rows
+whose sequence is still running (batches are sorted by length, longest first).
+"""
+from typing import List, Optional, Tuple
+
+import torch
+from torch import nn
+
+LSTMState = Tuple[torch.Tensor, torch.Tensor]
+"""(h, c): h is (batch, output_dim), c is (batch, cell_dim)."""
+
+
+class ProjectedLSTM(nn.Module):
+    """Gate order i, f, g, o (PyTorch's); the forget-gate bias offset is folded into `bias`."""
+
+    def __init__(
+        self,
+        input_dim: int,
+        cell_dim: int,
+        projection_dim: Optional[int],
+        cell_clip: Optional[float] = None,
+        proj_clip: Optional[float] = None,
+    ) -> None:
+        super().__init__()
+        self.input_dim = input_dim
+        self.cell_dim = cell_dim
+        self.output_dim = projection_dim if projection_dim is not None else cell_dim
+        self.cell_clip = cell_clip
+        self.proj_clip = proj_clip
+        self.input_weight = nn.Parameter(torch.empty(4 * cell_dim, input_dim))
+        self.recurrent_weight = nn.Parameter(torch.empty(4 * cell_dim, self.output_dim))
+        self.bias = nn.Parameter(torch.zeros(4 * cell_dim))
+        self.projection: Optional[nn.Parameter] = None
+        if projection_dim is not None:
+            self.projection = nn.Parameter(torch.empty(projection_dim, cell_dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = self.cell_dim**-0.5
+        for param in self.parameters():
+            nn.init.uniform_(param, -bound, bound)
+        with torch.no_grad():
+            self.bias.zero_()
+            self.bias[self.cell_dim : 2 * self.cell_dim] = 1.0
+
+    def zero_state(self, batch_size: int, like: torch.Tensor) -> LSTMState:
+        h = like.new_zeros(batch_size, self.output_dim)
+        c = like.new_zeros(batch_size, self.cell_dim)
+        return h, c
+
+    def forward(
+        self, inputs: torch.Tensor, batch_sizes: List[int], state: Optional[LSTMState] = None
+    ) -> Tuple[torch.Tensor, LSTMState]:
+        """Run left to right over a length-sorted batch.
+
+        inputs: (batch, time, input_dim), rows sorted by length, longest first.
+        batch_sizes: for each step t, how many rows are still running.
+        state: initial (h, c) per row, zeros if None.
+        Returns outputs (batch, time, output_dim), zero past each row's length, and the
+        final (h, c) of each row, taken at that row's last step.
+        """
+        batch, time, _ = inputs.shape
+        h, c = state if state is not None else self.zero_state(batch, inputs)
+        input_gates = torch.nn.functional.linear(inputs, self.input_weight, self.bias)
+        outputs = inputs.new_zeros(batch, time, self.output_dim)
+        recurrent_t = self.recurrent_weight.t()
+        projection_t = self.projection.t() if self.projection is not None else None
+        for t, n in enumerate(batch_sizes):
+            gates = torch.addmm(input_gates[:n, t], h[:n], recurrent_t)
+            i, f, g, o = gates.chunk(4, dim=1)
+            c_t = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(g)
+            if self.cell_clip is not None:
+                c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
+            h_t = torch.sigmoid(o) * torch.tanh(c_t)
+            if projection_t is not None:
+                h_t = h_t @ projection_t
+                if self.proj_clip is not None:
+                    h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
+            outputs[:n, t] = h_t
+            if n < batch:
+                h = torch.cat([h_t, h[n:]])
+                c = torch.cat([c_t, c[n:]])
+            else:
+                h, c = h_t, c_t
+        return outputs, (h, c)

@@ -1,0 +1,75 @@
+"""Validation of the `elmo` component's settings, with errors that say what to change."""
+from dataclasses import dataclass
+from typing import Any, Dict, Union
+
+import numpy
+
+MixSetting = Union[str, int, Dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class LayerMix:
+    """Normalized layer weights and scale: mixed = gamma * sum_j weights[j] * layers[j]."""
+
+    weights: numpy.ndarray
+    gamma: float
+
+    @classmethod
+    def from_setting(cls, setting: MixSetting, n_layers: int) -> "LayerMix":
+        """`"average"`, `"top"`, a layer index (negative counts from the top), or
+        `{"weights": [...n_layers...], "gamma": float}` with the weights used as given."""
+        if isinstance(setting, str):
+            if setting == "average":
+                return cls(numpy.full(n_layers, 1.0 / n_layers, dtype=numpy.float32), 1.0)
+            if setting == "top":
+                return cls.from_setting(n_layers - 1, n_layers)
+            raise ValueError(f"mix must be 'average', 'top', a layer index or {{'weights', 'gamma'}}; got {setting!r}")
+        if isinstance(setting, bool):
+            raise ValueError(f"mix must not be a boolean, got {setting!r}")
+        if isinstance(setting, int):
+            if not -n_layers <= setting < n_layers:
+                raise ValueError(f"mix layer index {setting} is out of range for a model with {n_layers} layers")
+            weights = numpy.zeros(n_layers, dtype=numpy.float32)
+            weights[setting] = 1.0
+            return cls(weights, 1.0)
+        if isinstance(setting, dict):
+            unknown = set(setting) - {"weights", "gamma"}
+            if unknown or "weights" not in setting:
+                raise ValueError(f"an explicit mix needs 'weights' and optionally 'gamma', got keys {sorted(setting)}")
+            weights = numpy.asarray(setting["weights"], dtype=numpy.float32)
+            if weights.shape != (n_layers,) or not numpy.all(numpy.isfinite(weights)):
+                raise ValueError(f"mix weights must be {n_layers} finite numbers, got {setting['weights']!r}")
+            return cls(weights, float(setting.get("gamma", 1.0)))
+        raise ValueError(f"unsupported mix setting {setting!r}")
+
+
+@dataclass(frozen=True)
+class ElmoSettings:
+    """Everything the `elmo` factory takes besides the weights' location."""
+
+    mix: MixSetting = "average"
+    keep_layers: bool = True
+    set_tensor: bool = False
+    similarity_hooks: bool = True
+    batch_tokens: int = 4096
+    use_sentences: bool = True
+    window_size: int = 128
+    device: str = "cpu"
+    num_threads: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
+        if not 1 <= self.window_size <= self.batch_tokens:
+            raise ValueError(
+                f"window_size must be between 1 and batch_tokens ({self.batch_tokens}), got {self.window_size}"
+            )
+        if self.num_threads < 0:
+            raise ValueError(f"num_threads must be 0 (leave torch's setting) or positive, got {self.num_threads}")
+        import torch
+
+        try:
+            torch.device(self.device)
+        except RuntimeError as err:
+            raise ValueError(f"device {self.device!r} is not a torch device ({err})") from err
+

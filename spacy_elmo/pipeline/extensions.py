@@ -1,0 +1,47 @@
+"""The `._.elmo` extensions on Doc, Span and Token.
+
+The arrays live in `doc._.elmo_data` (a plain dict, so `doc.to_bytes()`, `DocBin` and
+multiprocessing keep them); `doc._.elmo`, `span._.elmo` and `token._.elmo` are getters.
+"""
+from typing import Optional
+
+import numpy
+from spacy.tokens import Doc, Span, Token
+
+from .output import ElmoOutput
+
+DATA_ATTR = "elmo_data"
+
+
+def doc_elmo(doc: Doc) -> Optional[ElmoOutput]:
+    data = doc._.get(DATA_ATTR)
+    return None if data is None else ElmoOutput.from_dict(data)
+
+
+def token_elmo(token: Token) -> Optional[numpy.ndarray]:
+    """(2P,) mixed vector of the token, or None if the doc has no ELMo vectors."""
+    output = doc_elmo(token.doc)
+    return None if output is None else output.mixed[token.i]
+
+
+def span_elmo(span: Span) -> Optional[numpy.ndarray]:
+    """(2P,) mean mixed vector over the span's non-whitespace tokens (zeros if it has none)."""
+    output = doc_elmo(span.doc)
+    if output is None:
+        return None
+    rows = [token.i for token in span if not token.is_space]
+    if not rows:
+        return numpy.zeros(output.mixed.shape[1], dtype=output.mixed.dtype)
+    return output.mixed[rows].mean(axis=0)
+
+
+def install_extensions() -> None:
+    """Register the extensions once; never overrides an existing registration."""
+    if not Doc.has_extension(DATA_ATTR):
+        Doc.set_extension(DATA_ATTR, default=None)
+    if not Doc.has_extension("elmo"):
+        Doc.set_extension("elmo", getter=doc_elmo)
+    if not Span.has_extension("elmo"):
+        Span.set_extension("elmo", getter=span_elmo)
+    if not Token.has_extension("elmo"):
+        Token.set_extension("elmo", getter=token_elmo)
