@@ -6,7 +6,7 @@ Layout of the file, for a biLM with F filters, K highways and L LSTM layers:
   CNN_high_{k}/W_transform, b_transform, W_carry, b_carry    x @ W convention
   CNN_proj/W_proj, b_proj            (n_filters, P), (P,)     absent when n_filters == P
   RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/W_0   (in + P, 4H), gates i, j, f, o
-                                             .../B     (4H,), forget bias +1 not included
+                                             .../B     (4H,), without the constant forget bias 1
                                              .../W_P_0 (H, P)  absent when H == P
 d = 0 is the forward direction, 1 the backward one.
 """
@@ -64,13 +64,6 @@ def _reorder_gates(array: numpy.ndarray, cell_dim: int) -> numpy.ndarray:
     return numpy.concatenate([blocks[k] for k in GATE_ORDER])
 
 
-def _shift_forget_bias(bias: numpy.ndarray, cell_dim: int, offset: float) -> numpy.ndarray:
-    """Add bilm-tf's constant forget bias (+1 on load, -1 on save); f is block 2 in bilm-tf order."""
-    bias = bias.copy()
-    bias[2 * cell_dim : 3 * cell_dim] += offset
-    return bias
-
-
 def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
     """public dataset name -> how it maps onto `bilm`."""
     encoder = bilm.token_encoder
@@ -101,11 +94,8 @@ def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
         for layer, lstm in enumerate(stack.layers):
             prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
             table[f"{prefix}/W_0"] = _lstm_weight_entry(lstm, h)
-            table[f"{prefix}/B"] = _param_entry(
-                lstm.bias,
-                lambda a: _reorder_gates(_shift_forget_bias(a, h, 1.0), h),
-                lambda a: _shift_forget_bias(_reorder_gates(a, h), h, -1.0),
-            )
+            reorder: Converter = lambda a: _reorder_gates(a, h)  # noqa: E731
+            table[f"{prefix}/B"] = _param_entry(lstm.bias, reorder, reorder)
             if lstm.projection is not None:
                 table[f"{prefix}/W_P_0"] = _param_entry(lstm.projection, transpose, transpose)
     return table

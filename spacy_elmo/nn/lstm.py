@@ -15,7 +15,8 @@ LSTMState = Tuple[torch.Tensor, torch.Tensor]
 
 
 class ProjectedLSTM(nn.Module):
-    """Gate order i, f, g, o (PyTorch's); the forget-gate bias offset is folded into `bias`."""
+    """Gate order i, f, g, o (PyTorch's). As in TensorFlow's LSTMCell, a constant
+    `forget_bias` is added to the forget gate on top of the learned `bias`."""
 
     def __init__(
         self,
@@ -24,8 +25,10 @@ class ProjectedLSTM(nn.Module):
         projection_dim: Optional[int],
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
+        forget_bias: float = 1.0,
     ) -> None:
         super().__init__()
+        self.forget_bias = forget_bias
         self.input_dim = input_dim
         self.cell_dim = cell_dim
         self.output_dim = projection_dim if projection_dim is not None else cell_dim
@@ -45,7 +48,6 @@ class ProjectedLSTM(nn.Module):
             nn.init.uniform_(param, -bound, bound)
         with torch.no_grad():
             self.bias.zero_()
-            self.bias[self.cell_dim : 2 * self.cell_dim] = 1.0
 
     def zero_state(self, batch_size: int, like: torch.Tensor) -> LSTMState:
         h = like.new_zeros(batch_size, self.output_dim)
@@ -66,6 +68,8 @@ class ProjectedLSTM(nn.Module):
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
         input_gates = torch.nn.functional.linear(inputs, self.input_weight, self.bias)
+        if self.forget_bias:
+            input_gates[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
         outputs = inputs.new_zeros(batch, time, self.output_dim)
         recurrent_t = self.recurrent_weight.t()
         projection_t = self.projection.t() if self.projection is not None else None

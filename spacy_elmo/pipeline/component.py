@@ -17,6 +17,7 @@ from .extensions import DATA_ATTR, install_extensions
 from .output import ElmoOutput
 from .segments import Segment, doc_segments, token_budget_batches
 from .similarity import set_similarity_hooks
+from .threads import apply_num_threads
 
 DEFAULT_CONFIG: Dict[str, Any] = {
     "weights": "",
@@ -143,8 +144,7 @@ class ElmoComponent(Pipe):
     def annotate(self, docs: List[Doc]) -> None:
         """Run the biLM over `docs` and store the results on them."""
         bilm = self.bilm
-        if self.settings.num_threads:
-            torch.set_num_threads(self.settings.num_threads)
+        apply_num_threads(self.settings.num_threads)
         n_layers, width = bilm.n_output_layers, bilm.config.output_dim
         layers = [numpy.zeros((n_layers, len(doc), width), dtype=numpy.float32) for doc in docs]
         segments = [

@@ -1,0 +1,84 @@
+"""The project's own model directory and byte format: exact round trips, no pickles."""
+import io
+import json
+import pickle
+
+import numpy
+import pytest
+import torch
+
+from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
+
+from elmo_testing import random_bilm
+
+
+def assert_same_weights(a, b):
+    assert a.config == b.config
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), name
+
+
+def test_directory_round_trip_is_exact(tmp_path):
+    bilm = random_bilm()
+    save_model(bilm, tmp_path / "model")
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json", "weights.npz"]
+    assert_same_weights(bilm, load_model(tmp_path / "model"))
+
+
+def test_bytes_round_trip_is_exact():
+    bilm = random_bilm(seed=3)
+    assert_same_weights(bilm, model_from_bytes(model_to_bytes(bilm)))
+
+
+def test_missing_directory_and_files_are_named(tmp_path):
+    with pytest.raises(ModelFileError, match="nowhere: model directory not found"):
+        load_model(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelFileError, match="no config.json"):
+        load_model(tmp_path / "empty")
+    save_model(random_bilm(), tmp_path / "model")
+    (tmp_path / "model" / "weights.npz").unlink()
+    with pytest.raises(ModelFileError, match="weights.npz: weight file not found"):
+        load_model(tmp_path / "model")
+
+
+def test_truncated_weights_are_a_clear_error(tmp_path):
+    save_model(random_bilm(), tmp_path / "model")
+    weights = tmp_path / "model" / "weights.npz"
+    weights.write_bytes(weights.read_bytes()[:500])
+    with pytest.raises(ModelFileError, match="weights.npz: not a readable weight archive"):
+        load_model(tmp_path / "model")
+
+
+def test_weights_of_another_shape_are_rejected(tmp_path):
+    save_model(random_bilm(), tmp_path / "model")
+    header = json.loads((tmp_path / "model" / "config.json").read_text())
+    header["bilm"]["lstm_dim"] = 16
+    (tmp_path / "model" / "config.json").write_text(json.dumps(header))
+    with pytest.raises(ModelFileError, match="weights.npz: .*shape"):
+        load_model(tmp_path / "model")
+
+
+def test_pickled_objects_are_never_loaded(tmp_path):
+    """An archive that smuggles an object array is refused, not unpickled."""
+    save_model(random_bilm(), tmp_path / "model")
+    with numpy.load(tmp_path / "model" / "weights.npz") as archive:
+        arrays = dict(archive)
+    name = next(iter(arrays))
+    arrays[name] = numpy.array([object()], dtype=object)
+    buffer = io.BytesIO()
+    numpy.savez(buffer, **arrays)
+    (tmp_path / "model" / "weights.npz").write_bytes(buffer.getvalue())
+    with pytest.raises(ModelFileError, match="weights.npz"):
+        load_model(tmp_path / "model")
+    with pytest.raises(ModelFileError, match="not a serialized spacy-elmo model"):
+        model_from_bytes(pickle.dumps({"header": {}, "weights": b""}))
+
+
+def test_unknown_format_version_is_rejected(tmp_path):
+    save_model(random_bilm(), tmp_path / "model")
+    header = json.loads((tmp_path / "model" / "config.json").read_text())
+    header["version"] = 99
+    (tmp_path / "model" / "config.json").write_text(json.dumps(header))
+    with pytest.raises(ModelFileError, match="config.json: format version 99"):
+        load_model(tmp_path / "model")

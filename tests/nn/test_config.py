@@ -1,0 +1,133 @@
+"""BiLMConfig: validation and a lossless dict round trip."""
+import dataclasses
+import json
+
+import pytest
+
+from spacy_elmo.nn.config import BiLMConfig
+
+TINY = dict(
+    filters=((1, 4), (2, 8), (3, 16)),
+    char_embedding_dim=4,
+    n_highway=1,
+    lstm_dim=12,
+    projection_dim=6,
+    n_layers=2,
+)
+
+
+def tiny(**overrides):
+    return BiLMConfig(**{**TINY, **overrides})
+
+
+def test_defaults_are_the_published_elmo_shape():
+    config = BiLMConfig()
+    assert config.n_filters == 2048
+    assert config.output_dim == 256
+    assert config.cell_clip == 3.0 and config.proj_clip == 3.0
+
+
+def test_derived_sizes():
+    config = tiny()
+    assert config.n_filters == 4 + 8 + 16
+    assert config.output_dim == 12
+
+
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        (dict(activation="sigmoid"), "activation"),
+        (dict(activation="RELU"), "activation"),
+        (dict(n_characters=263), "n_characters"),
+        (dict(n_characters=260), "n_characters"),
+        (dict(n_characters=256), "n_characters"),
+        (dict(projection_dim=13), "projection_dim"),
+        (dict(filters=((1, 4), (51, 8))), "wider"),
+        (dict(filters=((1, 4), (4, 8)), max_characters_per_token=3), "wider"),
+        (dict(filters=()), "filters"),
+        (dict(filters=((0, 4),)), "positive"),
+        (dict(filters=((2, 0),)), "positive"),
+        (dict(n_layers=0), "n_layers"),
+        (dict(lstm_dim=0, projection_dim=0), "lstm_dim"),
+        (dict(char_embedding_dim=0), "char_embedding_dim"),
+        (dict(n_highway=-1), "n_highway"),
+        (dict(cell_clip=0.0), "cell_clip"),
+        (dict(proj_clip=-1.0), "proj_clip"),
+        (dict(max_characters_per_token=2, filters=((1, 4),)), "max_characters_per_token"),
+    ],
+)
+def test_invalid_settings_raise_value_error(overrides, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        tiny(**overrides)
+
+
+def test_all_problems_are_reported_together():
+    with pytest.raises(ValueError) as info:
+        tiny(activation="gelu", n_characters=300)
+    assert "activation" in str(info.value) and "n_characters" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(n_characters=261),
+        dict(n_characters=262),
+        dict(projection_dim=12),  # equal to lstm_dim is allowed
+        dict(filters=((50, 2),)),  # exactly max_characters_per_token wide
+        dict(cell_clip=None, proj_clip=None),
+        dict(n_highway=0),
+        dict(activation="tanh"),
+    ],
+)
+def test_valid_edge_settings_are_accepted(overrides):
+    config = tiny(**overrides)
+    for key, value in overrides.items():
+        assert getattr(config, key) == value
+
+
+def test_filters_are_normalized_to_int_tuples():
+    config = tiny(filters=[[1, 4], [2.0, 8]])
+    assert config.filters == ((1, 4), (2, 8))
+    assert all(type(v) is int for pair in config.filters for v in pair)
+
+
+def test_config_is_frozen():
+    config = tiny()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.lstm_dim = 7
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(cell_clip=None, activation="tanh", use_skip_connections=False, n_characters=261)])
+def test_dict_round_trip_through_json(overrides):
+    config = tiny(**overrides)
+    data = config.to_dict()
+    assert data["filters"] == [[1, 4], [2, 8], [3, 16]]
+    restored = BiLMConfig.from_dict(json.loads(json.dumps(data)))
+    assert restored == config
+    assert restored.to_dict() == data
+
+
+def test_to_dict_holds_every_field():
+    data = tiny().to_dict()
+    assert set(data) == {f.name for f in dataclasses.fields(BiLMConfig)}
+
+
+def test_from_dict_with_missing_keys_uses_defaults():
+    config = BiLMConfig.from_dict({"lstm_dim": 32, "projection_dim": 8})
+    assert config.lstm_dim == 32 and config.projection_dim == 8
+    assert config.filters == BiLMConfig().filters
+
+
+def test_unknown_keys_are_rejected():
+    data = tiny().to_dict()
+    data["hidden_size"] = 10
+    data["dropout"] = 0.1
+    with pytest.raises(ValueError, match="dropout.*hidden_size"):
+        BiLMConfig.from_dict(data)
+
+
+def test_from_dict_still_validates():
+    data = tiny().to_dict()
+    data["projection_dim"] = 100
+    with pytest.raises(ValueError, match="projection_dim"):
+        BiLMConfig.from_dict(data)

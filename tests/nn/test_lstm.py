@@ -1,0 +1,251 @@
+"""ProjectedLSTM against a naive per-step, per-row cell written from the equations."""
+import pytest
+import torch
+
+from spacy_elmo.nn.lstm import ProjectedLSTM
+
+INPUT, CELL, PROJ = 5, 12, 6
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def clip(x, bound):
+    if bound is None:
+        return x, False
+    clipped = torch.maximum(torch.minimum(x, torch.full_like(x, bound)), torch.full_like(x, -bound))
+    return clipped, bool((clipped != x).any())
+
+
+def naive_lstm(lstm, x, h0=None, c0=None):
+    """One row, float64. x: (T, input). Returns outputs (T, out), (h, c), and how often clipping bit.
+
+    z = W_x x_t + W_h h_{t-1} + b, gates i, f, g, o in that order, with the constant
+    TF-style `forget_bias` added to f on top of the learned bias;
+    c_t = clip(sig(f) * c_{t-1} + sig(i) * tanh(g)); h_t = sig(o) * tanh(c_t);
+    p_t = clip(P h_t) when there is a projection.
+    """
+    w_x = lstm.input_weight.detach().double()
+    w_h = lstm.recurrent_weight.detach().double()
+    b = lstm.bias.detach().double()
+    proj = lstm.projection.detach().double() if lstm.projection is not None else None
+    n = lstm.cell_dim
+    forget_bias = float(getattr(lstm, "forget_bias", 0.0))
+    h = torch.zeros(lstm.output_dim, dtype=torch.float64) if h0 is None else h0.detach().double().clone()
+    c = torch.zeros(n, dtype=torch.float64) if c0 is None else c0.detach().double().clone()
+    outputs, clips = [], {"cell": 0, "proj": 0}
+    for t in range(x.shape[0]):
+        z = w_x @ x[t].double() + w_h @ h + b
+        i, f, g, o = z[:n], z[n : 2 * n] + forget_bias, z[2 * n : 3 * n], z[3 * n :]
+        c = sigmoid(f) * c + sigmoid(i) * torch.tanh(g)
+        c, hit = clip(c, lstm.cell_clip)
+        clips["cell"] += hit
+        h = sigmoid(o) * torch.tanh(c)
+        if proj is not None:
+            h = proj @ h
+            h, hit = clip(h, lstm.proj_clip)
+            clips["proj"] += hit
+        outputs.append(h)
+    return torch.stack(outputs), (h, c), clips
+
+
+def make_lstm(seed=0, projection=PROJ, cell_clip=3.0, proj_clip=3.0, large=True):
+    torch.manual_seed(seed)
+    lstm = ProjectedLSTM(INPUT, CELL, projection, cell_clip, proj_clip)
+    if large:
+        # Weights large enough that both clips are active: a saturated forget gate and
+        # input gate let the cell grow by ~1 per step; a wide projection exceeds 3.
+        with torch.no_grad():
+            lstm.input_weight.normal_(0.0, 0.5)
+            lstm.recurrent_weight.normal_(0.0, 0.5)
+            lstm.bias.normal_(0.0, 0.5)
+            lstm.bias[:CELL] += 4.0  # input gate open
+            lstm.bias[CELL : 2 * CELL] += 6.0  # forget gate open
+            lstm.bias[2 * CELL : 3 * CELL] += torch.where(torch.arange(CELL) % 2 == 0, 3.0, -3.0)
+            if lstm.projection is not None:
+                lstm.projection.normal_(0.0, 2.0)
+    return lstm
+
+
+def lengths_to_batch_sizes(lengths, time):
+    return [sum(1 for length in lengths if length > t) for t in range(time)]
+
+
+def test_matches_naive_reference_with_active_clipping():
+    lstm = make_lstm()
+    torch.manual_seed(1)
+    x = torch.randn(3, 8, INPUT)
+    with torch.no_grad():
+        out, (h, c) = lstm(x, [3] * 8)
+    assert out.shape == (3, 8, PROJ) and h.shape == (3, PROJ) and c.shape == (3, CELL)
+    total = {"cell": 0, "proj": 0}
+    for row in range(3):
+        expected, (eh, ec), clips = naive_lstm(lstm, x[row])
+        total = {k: total[k] + clips[k] for k in total}
+        torch.testing.assert_close(out[row].double(), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(h[row].double(), eh, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(c[row].double(), ec, atol=1e-5, rtol=1e-5)
+    # guard: the weights really exercise both clips
+    assert total["cell"] > 0 and total["proj"] > 0
+    assert out.abs().max() <= 3.0 + 1e-6
+    assert c.abs().max() <= 3.0 + 1e-6
+
+
+def test_clipping_changes_the_result():
+    clipped = make_lstm()
+    unclipped = make_lstm(cell_clip=None, proj_clip=None)
+    torch.testing.assert_close(dict(clipped.named_parameters()), dict(unclipped.named_parameters()))
+    torch.manual_seed(1)
+    x = torch.randn(2, 8, INPUT)
+    with torch.no_grad():
+        a, (_, ca) = clipped(x, [2] * 8)
+        b, (_, cb) = unclipped(x, [2] * 8)
+    assert (a - b).abs().max() > 1e-2
+    assert cb.abs().max() > 3.0  # the unclipped cell really left [-3, 3]
+    expected, _, clips = naive_lstm(unclipped, x[0])
+    assert clips == {"cell": 0, "proj": 0}
+    torch.testing.assert_close(b[0].double(), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cell_clip,proj_clip", [(3.0, None), (None, 3.0)])
+def test_each_clip_alone_matches_reference(cell_clip, proj_clip):
+    lstm = make_lstm(cell_clip=cell_clip, proj_clip=proj_clip)
+    torch.manual_seed(2)
+    x = torch.randn(1, 7, INPUT)
+    with torch.no_grad():
+        out, _ = lstm(x, [1] * 7)
+    expected, _, _ = naive_lstm(lstm, x[0])
+    torch.testing.assert_close(out[0].double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_without_projection_output_is_the_cell_size():
+    lstm = make_lstm(projection=None)
+    assert lstm.projection is None and lstm.output_dim == CELL
+    assert tuple(lstm.recurrent_weight.shape) == (4 * CELL, CELL)
+    torch.manual_seed(4)
+    x = torch.randn(2, 6, INPUT)
+    with torch.no_grad():
+        out, (h, c) = lstm(x, [2] * 6)
+    assert out.shape == (2, 6, CELL)
+    for row in range(2):
+        expected, (eh, ec), _ = naive_lstm(lstm, x[row])
+        torch.testing.assert_close(out[row].double(), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(h[row].double(), eh, atol=1e-5, rtol=1e-5)
+
+
+def test_default_init_has_effective_forget_bias_one():
+    """At init every gate pre-activation bias is 0 except the forget gate's, which is 1."""
+    lstm = ProjectedLSTM(INPUT, CELL, PROJ)
+    effective = lstm.bias.detach().clone()
+    effective[CELL : 2 * CELL] += float(getattr(lstm, "forget_bias", 0.0))
+    expected = torch.zeros(4 * CELL)
+    expected[CELL : 2 * CELL] = 1.0
+    torch.testing.assert_close(effective, expected)
+    # behaviourally: zero weights, zero input -> c_1 = sig(0) * tanh(0) = 0 and the
+    # forget gate sig(1) scales a non-zero initial cell
+    with torch.no_grad():
+        lstm.input_weight.zero_()
+        lstm.recurrent_weight.zero_()
+        c0 = torch.ones(1, CELL)
+        _, (_, c) = lstm(torch.zeros(1, 1, INPUT), [1], (torch.zeros(1, PROJ), c0))
+    torch.testing.assert_close(c, torch.full((1, CELL), 1.0 / (1.0 + torch.exp(torch.tensor(-1.0)).item())))
+
+
+def test_forget_bias_is_a_constant_on_top_of_the_learned_bias():
+    shifted = make_lstm(seed=13)
+    shifted.forget_bias = 2.5
+    folded = make_lstm(seed=13)
+    folded.forget_bias = 0.0
+    with torch.no_grad():
+        folded.bias[CELL : 2 * CELL] += 2.5
+    x = torch.randn(2, 5, INPUT)
+    with torch.no_grad():
+        a, _ = shifted(x, [2] * 5)
+        b, _ = folded(x, [2] * 5)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert "forget_bias" not in dict(shifted.named_parameters())
+
+
+def test_variable_lengths_equal_rows_run_alone():
+    lstm = make_lstm(seed=5)
+    lengths = [7, 5, 5, 2, 1]
+    time = 7
+    torch.manual_seed(6)
+    x = torch.randn(len(lengths), time, INPUT)
+    batch_sizes = lengths_to_batch_sizes(lengths, time)
+    assert batch_sizes == [5, 4, 3, 3, 3, 1, 1]
+    with torch.no_grad():
+        out, (h, c) = lstm(x, batch_sizes)
+        for row, length in enumerate(lengths):
+            alone, (ha, ca) = lstm(x[row : row + 1, :length], [1] * length)
+            torch.testing.assert_close(out[row, :length], alone[0], atol=1e-6, rtol=1e-6)
+            assert (out[row, length:] == 0).all()
+            # final state taken at the row's last step
+            torch.testing.assert_close(h[row], ha[0], atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(c[row], ca[0], atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(h[row], out[row, length - 1])
+            expected, (eh, ec), _ = naive_lstm(lstm, x[row, :length])
+            torch.testing.assert_close(out[row, :length].double(), expected, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(c[row].double(), ec, atol=1e-5, rtol=1e-5)
+
+
+def test_inputs_past_the_length_are_ignored():
+    lstm = make_lstm(seed=7)
+    torch.manual_seed(8)
+    x = torch.randn(2, 6, INPUT)
+    y = x.clone()
+    y[1, 3:] = 100.0  # garbage in the padding of row 1 (length 3)
+    with torch.no_grad():
+        a, (ha, ca) = lstm(x, [2, 2, 2, 1, 1, 1])
+        b, (hb, cb) = lstm(y, [2, 2, 2, 1, 1, 1])
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(ha, hb)
+    torch.testing.assert_close(ca, cb)
+
+
+def test_initial_state_is_used():
+    lstm = make_lstm(seed=9)
+    torch.manual_seed(10)
+    x = torch.randn(3, 5, INPUT)
+    h0 = torch.randn(3, PROJ)
+    c0 = torch.randn(3, CELL) * 2
+    lengths = [5, 4, 2]
+    with torch.no_grad():
+        out, (h, c) = lstm(x, lengths_to_batch_sizes(lengths, 5), (h0, c0))
+        zero, _ = lstm(x, lengths_to_batch_sizes(lengths, 5))
+    for row, length in enumerate(lengths):
+        expected, (eh, ec), _ = naive_lstm(lstm, x[row, :length], h0[row], c0[row])
+        torch.testing.assert_close(out[row, :length].double(), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(h[row].double(), eh, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(c[row].double(), ec, atol=1e-5, rtol=1e-5)
+    assert (out[:, 0] - zero[:, 0]).abs().max() > 1e-3
+
+
+def test_initial_state_is_not_modified_in_place():
+    lstm = make_lstm(seed=11)
+    x = torch.randn(2, 4, INPUT)
+    h0, c0 = torch.randn(2, PROJ), torch.randn(2, CELL)
+    h0_copy, c0_copy = h0.clone(), c0.clone()
+    with torch.no_grad():
+        lstm(x, [2, 2, 1, 1], (h0, c0))
+    torch.testing.assert_close(h0, h0_copy)
+    torch.testing.assert_close(c0, c0_copy)
+
+
+def test_zero_state_shapes():
+    lstm = make_lstm()
+    h, c = lstm.zero_state(4, torch.zeros(1, dtype=torch.float64))
+    assert h.shape == (4, PROJ) and c.shape == (4, CELL)
+    assert h.dtype == torch.float64 and (h == 0).all() and (c == 0).all()
+
+
+def test_gradients_flow_to_all_parameters_and_inputs():
+    lstm = make_lstm(seed=12, large=False)
+    x = torch.randn(2, 4, INPUT, requires_grad=True)
+    out, (h, c) = lstm(x, [2, 2, 1, 1])
+    (out.sum() + c.sum()).backward()
+    for name, param in lstm.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+    assert x.grad[1, 2:].abs().sum() == 0  # padding gets no gradient
+    assert x.grad[0].abs().sum() > 0

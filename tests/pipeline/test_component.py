@@ -1,0 +1,181 @@
+"""The `elmo` component: what it stores on docs, its settings and its batching."""
+import numpy
+import pytest
+import spacy
+import torch
+
+from spacy_elmo.io import ModelFileError
+from spacy_elmo.pipeline.component import ElmoComponent
+from spacy_elmo.pipeline.segments import Segment, doc_segments, token_budget_batches
+
+TEXT = "I sat by the bank of the river."
+
+
+def reference_layers(component: ElmoComponent, words) -> numpy.ndarray:
+    """The biLM run directly on one sentence: (n_layers + 1, n_words, 2P)."""
+    from spacy_elmo.nn import batch_to_char_ids
+
+    with torch.no_grad():
+        return component.bilm(torch.from_numpy(batch_to_char_ids([words])), [len(words)]).layers[:, 0].numpy()
+
+
+def test_doc_token_and_span_vectors(nlp):
+    doc = nlp(TEXT)
+    component = nlp.get_pipe("elmo")
+    layers = doc._.elmo.layers
+    assert layers.shape == (3, len(doc), 12) and layers.dtype == numpy.float32
+    numpy.testing.assert_allclose(layers, reference_layers(component, [t.text for t in doc]), atol=1e-6)
+    numpy.testing.assert_allclose(doc._.elmo.mixed, layers.mean(axis=0), atol=1e-6)
+    numpy.testing.assert_array_equal(doc[4]._.elmo, doc._.elmo.mixed[4])
+    numpy.testing.assert_allclose(doc[2:5]._.elmo, doc._.elmo.mixed[2:5].mean(axis=0), atol=1e-6)
+    numpy.testing.assert_array_equal(doc[4].vector, doc[4]._.elmo)
+    assert doc[4].has_vector
+
+
+def test_unprocessed_docs_have_no_elmo(nlp):
+    doc = nlp.make_doc(TEXT)
+    assert doc._.elmo is None and doc[0]._.elmo is None and doc[:2]._.elmo is None
+
+
+@pytest.mark.parametrize(
+    "mix,weights,gamma",
+    [("top", [0, 0, 1], 1.0), (1, [0, 1, 0], 1.0), (-3, [1, 0, 0], 1.0), ({"weights": [0.2, 0.3, 0.5], "gamma": 2.0}, [0.2, 0.3, 0.5], 2.0)],
+)
+def test_mix_settings(tiny_model_dir, mix, weights, gamma):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "mix": mix})
+    doc = nlp(TEXT)
+    expected = gamma * numpy.tensordot(numpy.asarray(weights, dtype=numpy.float32), doc._.elmo.layers, axes=1)
+    numpy.testing.assert_allclose(doc._.elmo.mixed, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"mix": "bottom"}, "mix must be"),
+        ({"mix": 5}, "out of range"),
+        ({"mix": {"weights": [1, 2]}}, "3 finite numbers"),
+        ({"batch_tokens": 0}, "batch_tokens"),
+        ({"window_size": 10_000}, "window_size"),
+        ({"device": "toaster"}, "device"),
+    ],
+)
+def test_bad_settings_are_clear_errors(tiny_model_dir, config, message):
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match=message):
+        nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), **config})
+        nlp(TEXT)
+
+
+def test_missing_weights_are_clear_errors(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")
+    with pytest.raises(ValueError, match="no 'weights'"):
+        nlp(TEXT)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "missing")})
+    with pytest.raises(ModelFileError, match="missing: weights not found"):
+        nlp(TEXT)
+
+
+def test_public_weights_need_their_options(allennlp_fixture):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(allennlp_fixture / "lm_weights.hdf5")})
+    with pytest.raises(ValueError, match="set 'options'"):
+        nlp(TEXT)
+
+
+def test_public_weights_load_in_the_component(allennlp_fixture):
+    nlp = spacy.blank("en")
+    nlp.add_pipe(
+        "elmo",
+        config={"weights": str(allennlp_fixture / "lm_weights.hdf5"), "options": str(allennlp_fixture / "options.json")},
+    )
+    doc = nlp(TEXT)
+    assert doc._.elmo.layers.shape == (3, len(doc), 32)
+
+
+def test_whitespace_tokens_are_zero_and_do_not_change_neighbours(nlp):
+    spaced = nlp("a  b\n\nc")
+    plain = nlp("a b c")
+    assert [t.is_space for t in spaced] == [False, True, False, True, False]
+    assert not spaced._.elmo.layers[:, [1, 3]].any()
+    numpy.testing.assert_allclose(spaced._.elmo.layers[:, [0, 2, 4]], plain._.elmo.layers, atol=1e-6)
+    numpy.testing.assert_allclose(spaced[:]._.elmo, plain[:]._.elmo, atol=1e-6)
+
+
+def test_empty_and_space_only_docs(nlp):
+    empty = nlp("")
+    assert empty._.elmo.layers.shape == (3, 0, 12) and empty._.elmo.mixed.shape == (0, 12)
+    spaces = nlp("   \n  ")
+    assert len(spaces) >= 1 and not spaces._.elmo.layers.any()
+    assert spaces.similarity(nlp("hello")) == 0.0
+
+
+def test_sentences_are_embedded_separately(nlp):
+    nlp.add_pipe("sentencizer", first=True)
+    doc = nlp("The bank was closed. We sat by the river.")
+    sents = list(doc.sents)
+    assert len(sents) == 2
+    component = nlp.get_pipe("elmo")
+    for sent in sents:
+        expected = reference_layers(component, [t.text for t in sent])
+        numpy.testing.assert_allclose(doc._.elmo.layers[:, sent.start : sent.end], expected, atol=1e-5)
+
+
+def test_docs_without_sentences_are_cut_into_windows(tiny_model_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "window_size": 4})
+    doc = nlp("one two three four five six seven eight nine ten")
+    component = nlp.get_pipe("elmo")
+    for start in (0, 4, 8):
+        words = [t.text for t in doc[start : start + 4]]
+        numpy.testing.assert_allclose(
+            doc._.elmo.layers[:, start : start + len(words)], reference_layers(component, words), atol=1e-5
+        )
+
+
+def test_set_tensor_fills_an_empty_tensor_only(tiny_model_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "set_tensor": True})
+    doc = nlp(TEXT)
+    numpy.testing.assert_array_equal(doc.tensor, doc._.elmo.mixed)
+    other = nlp.make_doc(TEXT)
+    other.tensor = numpy.ones((len(other), 5), dtype=numpy.float32)
+    nlp.get_pipe("elmo")(other)
+    numpy.testing.assert_array_equal(other.tensor, 1.0)
+    default = spacy.blank("en")
+    default.add_pipe("elmo", config={"weights": str(tiny_model_dir)})
+    assert default(TEXT).tensor.size == 0
+
+
+def test_keep_layers_off_stores_only_the_mix(tiny_model_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "keep_layers": False, "mix": "top"})
+    doc = nlp(TEXT)
+    assert doc._.elmo.layers is None and doc._.elmo.mixed.shape == (len(doc), 12)
+
+
+def test_segments_and_token_budget_batches():
+    nlp = spacy.blank("en")
+    doc = nlp("a b c d e f g")
+    segments = doc_segments(doc, 7, use_sentences=True, window_size=3)
+    assert segments == [Segment(7, [0, 1, 2]), Segment(7, [3, 4, 5]), Segment(7, [6])]
+    many = [Segment(0, list(range(n))) for n in (5, 1, 3, 5, 2, 4)]
+    batches = list(token_budget_batches(many, batch_tokens=10))
+    assert sorted(len(s.token_indices) for b in batches for s in b) == [1, 2, 3, 4, 5, 5]
+    for batch in batches:
+        lengths = [len(s.token_indices) for s in batch]
+        assert lengths == sorted(lengths, reverse=True)
+        assert len(batch) * lengths[0] <= 10
+
+
+def test_num_threads_setting_is_applied(tiny_model_dir):
+    before = torch.get_num_threads()
+    try:
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "num_threads": 1})
+        nlp(TEXT)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

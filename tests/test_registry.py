@@ -1,0 +1,46 @@
+"""Every factory and architecture the package declares resolves by name."""
+import configparser
+from pathlib import Path
+
+import pytest
+import spacy
+from spacy.language import Language
+from spacy.util import registry
+
+SETUP_CFG = Path(__file__).resolve().parents[1] / "setup.cfg"
+
+
+def declared(group: str):
+    parser = configparser.ConfigParser()
+    parser.read(SETUP_CFG)
+    lines = parser["options.entry_points"][group].strip().splitlines()
+    return [tuple(part.strip() for part in line.split("=", 1)) for line in lines]
+
+
+def test_entry_points_are_declared():
+    assert [name for name, _ in declared("spacy_factories")] == ["elmo"]
+    assert "spacy-elmo.ElmoScalarMix.v1" in [name for name, _ in declared("spacy_architectures")]
+
+
+@pytest.mark.parametrize("name,target", declared("spacy_factories"))
+def test_factories_resolve(name, target):
+    assert Language.has_factory(name)
+    module, attr = target.split(":")
+    assert registry.factories.get(Language.get_factory_name(name)) is getattr(__import__(module, fromlist=[attr]), attr)
+
+
+@pytest.mark.parametrize("name,target", declared("spacy_architectures"))
+def test_architectures_resolve(name, target):
+    module, attr = target.split(":")
+    assert registry.architectures.get(name) is getattr(__import__(module, fromlist=[attr]), attr)
+
+
+def test_factory_found_in_a_fresh_interpreter_through_entry_points():
+    import subprocess
+    import sys
+
+    code = "import spacy; nlp = spacy.blank('en'); nlp.add_pipe('elmo'); print(nlp.pipe_names)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "['elmo']" in result.stdout
+    assert spacy.__version__.startswith("3.")
