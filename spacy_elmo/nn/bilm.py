@@ -112,10 +112,14 @@ class BiLM(nn.Module):
         """
         lengths = torch.as_tensor(lengths, dtype=torch.long, device=char_ids.device)
         batch, time = char_ids.shape[:2]
+        if lengths.shape != (batch,):
+            raise ValueError(f"expected {batch} lengths, got {tuple(lengths.shape)}")
         if batch == 0 or time == 0:
+            if batch and int(lengths.max()) > 0:
+                raise ValueError(f"sentence lengths must be 0 for an empty batch, got {lengths.tolist()}")
             return self._empty_output(batch, time, char_ids, state)
-        if int(lengths.min()) < 1:
-            raise ValueError("every sentence passed to the biLM needs at least one token")
+        if int(lengths.min()) < 1 or int(lengths.max()) > time:
+            raise ValueError(f"sentence lengths must lie in 1..{time} (the padded length), got {lengths.tolist()}")
         order = torch.argsort(lengths, descending=True, stable=True)
         restore = torch.argsort(order)
         framed_lengths = lengths[order] + 2
@@ -180,7 +184,10 @@ class StatefulBiLM:
         initial = [[(h[:batch], c[:batch]) for h, c in direction] for direction in self.state]
         output = self.bilm(char_ids, lengths, initial)
         self.state = [
-            [(torch.cat([h_new, h[batch:]]), torch.cat([c_new, c[batch:]])) for (h_new, c_new), (h, c) in zip(new, old)]
+            [
+                (torch.cat([h_new.detach(), h[batch:]]), torch.cat([c_new.detach(), c[batch:]]))
+                for (h_new, c_new), (h, c) in zip(new, old)
+            ]
             for new, old in zip(output.state, self.state)
         ]
         return output

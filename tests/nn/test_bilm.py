@@ -354,8 +354,19 @@ def test_batch_of_empty_rows_with_no_time_returns_empty_layers():
 def test_a_row_of_length_zero_raises():
     bilm = make_bilm()
     ids, _ = encode([["a", "b"], []])
-    with pytest.raises(ValueError, match="at least one token"):
+    with pytest.raises(ValueError, match="lengths must lie in 1..2"):
         bilm(ids, [2, 0])
+
+
+def test_lengths_beyond_the_padded_length_raise():
+    bilm = make_bilm()
+    ids, _ = encode([["a", "b"], ["c"]])
+    with pytest.raises(ValueError, match="lengths must lie in 1..2"):
+        bilm(ids, [3, 1])
+    with pytest.raises(ValueError, match="expected 2 lengths"):
+        bilm(ids, [2])
+    with pytest.raises(ValueError, match="must be 0 for an empty batch"):
+        bilm(torch.zeros(2, 0, 50, dtype=torch.long), [3, 3])
 
 
 # ---------------------------------------------------------------- gradients
@@ -457,15 +468,13 @@ def test_stateful_growing_and_shrinking_batch():
 
 
 def test_stateful_state_does_not_carry_the_autograd_graph():
-    """PACKAGE BUG (documented, expected to fail until fixed): StatefulBiLM keeps the final
-    state tensors attached to the autograd graph, so with grad enabled every call's graph
-    stays alive through the carried state (memory grows with the number of calls) and a
-    backward pass on the second call walks into the first call's graph. AllenNLP's
-    stateful `_EncoderBase._update_states` detaches the carried state."""
+    """StatefulBiLM detaches the carried state: with grad enabled no call's graph stays
+    alive through it, and a backward pass on the second call does not walk into the first
+    call's graph, as in AllenNLP's stateful encoder."""
     bilm = make_bilm(seed=11)
     bilm.train()
     runner = StatefulBiLM(bilm)
     ids, lengths = encode(SENTENCES[:2])
     runner(ids, lengths).layers.sum().backward()
     assert not runner.state[0][0][0].requires_grad, "carried state still holds the autograd graph"
-    runner(ids, lengths).layers.sum().backward()  # raises 'backward through the graph a second time'
+    runner(ids, lengths).layers.sum().backward()  # would raise if the first graph were still attached
