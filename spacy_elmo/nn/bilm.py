@@ -91,14 +91,9 @@ class BiLM(nn.Module):
     def n_output_layers(self) -> int:
         return self.config.n_layers + 1
 
-    def add_sentence_boundaries(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(batch, time, n_chars) -> (batch, time + 2, n_chars) with <S> first and </S> after each row."""
-        batch, time, width = char_ids.shape
-        framed = char_ids.new_zeros(batch, time + 2, width)
-        framed[:, 1 : time + 1] = char_ids
-        framed[:, 0] = self.bos_ids
-        framed[torch.arange(batch, device=char_ids.device), lengths + 1] = self.eos_ids
-        return framed
+    def boundary_vectors(self) -> torch.Tensor:
+        """(2, P): the token encodings of <S> and </S>."""
+        return self.token_encoder(torch.stack([self.bos_ids, self.eos_ids]))
 
     def forward(
         self,
@@ -109,43 +104,72 @@ class BiLM(nn.Module):
         """char_ids: (batch, time, n_chars), rows right-padded with 0; lengths: (batch,).
 
         `state` (stateful mode) is the initial LSTM state per row; zeros when None.
+        Only real tokens go through the token encoder.
         """
-        lengths = torch.as_tensor(lengths, dtype=torch.long, device=char_ids.device)
-        batch, time = char_ids.shape[:2]
-        if lengths.shape != (batch,):
-            raise ValueError(f"expected {batch} lengths, got {tuple(lengths.shape)}")
+        lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
+        mask = torch.arange(char_ids.shape[1], device=char_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
+        tokens = self.boundary_vectors().new_zeros(*char_ids.shape[:2], self.config.projection_dim)
+        tokens[mask] = self.token_encoder(char_ids[mask])
+        return self.contextualize(tokens, lengths, state)
+
+    def contextualize(
+        self,
+        tokens: torch.Tensor,
+        lengths: Union[torch.Tensor, Sequence[int]],
+        state: Optional[BiLMState] = None,
+        boundaries: Optional[torch.Tensor] = None,
+    ) -> BiLMOutput:
+        """Run both LSTM stacks over token encodings.
+
+        tokens: (batch, time, P) from the token encoder, rows right-padded;
+        lengths: (batch,); state: initial LSTM state per row (zeros when None);
+        boundaries: (2, P) encodings of <S> and </S> if already at hand.
+        """
+        lengths = self._check_lengths(lengths, tokens.shape[0], tokens.shape[1], tokens.device)
+        batch, time = tokens.shape[:2]
         if batch == 0 or time == 0:
-            if batch and int(lengths.max()) > 0:
-                raise ValueError(f"sentence lengths must be 0 for an empty batch, got {lengths.tolist()}")
-            return self._empty_output(batch, time, char_ids, state)
-        if int(lengths.min()) < 1 or int(lengths.max()) > time:
-            raise ValueError(f"sentence lengths must lie in 1..{time} (the padded length), got {lengths.tolist()}")
+            return self._empty_output(batch, time, tokens, state)
+        if boundaries is None:
+            boundaries = self.boundary_vectors()
         order = torch.argsort(lengths, descending=True, stable=True)
         restore = torch.argsort(order)
-        framed_lengths = lengths[order] + 2
-        framed = self.add_sentence_boundaries(char_ids[order], lengths[order])
+        sorted_lengths = lengths[order]
+        framed_lengths = sorted_lengths + 2
+        framed = tokens.new_zeros(batch, time + 2, tokens.shape[2])
+        framed[:, 1 : time + 1] = tokens[order]
+        framed[:, 0] = boundaries[0]
+        framed[torch.arange(batch, device=tokens.device), sorted_lengths + 1] = boundaries[1]
         batch_sizes = running_rows(framed_lengths.tolist(), time + 2)
         sorted_state = None
         if state is not None:
             sorted_state = [[(h[order], c[order]) for h, c in direction] for direction in state]
 
-        tokens = self.token_encoder(framed)
         forward_layers, forward_final = self.forward_stack(
-            tokens, batch_sizes, sorted_state[0] if sorted_state else None
+            framed, batch_sizes, sorted_state[0] if sorted_state else None
         )
-        reversed_tokens = reverse_within_length(tokens, framed_lengths)
         backward_layers, backward_final = self.backward_stack(
-            reversed_tokens, batch_sizes, sorted_state[1] if sorted_state else None
+            reverse_within_length(framed, framed_lengths), batch_sizes, sorted_state[1] if sorted_state else None
         )
         backward_layers = [reverse_within_length(y, framed_lengths) for y in backward_layers]
 
-        stacked = [torch.cat([tokens, tokens], dim=-1)]
+        stacked = [torch.cat([framed, framed], dim=-1)]
         stacked += [torch.cat([f, b], dim=-1) for f, b in zip(forward_layers, backward_layers)]
         layers = torch.stack(stacked)[:, :, 1 : time + 1]
-        mask = torch.arange(time, device=char_ids.device).unsqueeze(0) < lengths[order].unsqueeze(1)
+        mask = torch.arange(time, device=tokens.device).unsqueeze(0) < sorted_lengths.unsqueeze(1)
         layers = layers * mask.unsqueeze(0).unsqueeze(-1)
         final = [[(h[restore], c[restore]) for h, c in finals] for finals in (forward_final, backward_final)]
         return BiLMOutput(layers[:, restore], mask[restore], final)
+
+    @staticmethod
+    def _check_lengths(lengths: Union[torch.Tensor, Sequence[int]], batch: int, time: int, device) -> torch.Tensor:
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=device)
+        if lengths.shape != (batch,):
+            raise ValueError(f"expected {batch} lengths, got {tuple(lengths.shape)}")
+        if batch and time == 0 and int(lengths.max()) > 0:
+            raise ValueError(f"sentence lengths must be 0 for an empty batch, got {lengths.tolist()}")
+        if batch and time and (int(lengths.min()) < 1 or int(lengths.max()) > time):
+            raise ValueError(f"sentence lengths must lie in 1..{time} (the padded length), got {lengths.tolist()}")
+        return lengths
 
     def _empty_output(
         self, batch: int, time: int, like: torch.Tensor, state: Optional[BiLMState]

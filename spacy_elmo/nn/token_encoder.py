@@ -1,10 +1,20 @@
-"""Context-free token encoder: character embeddings -> char-CNN -> highways -> projection."""
-from typing import Optional
+"""Context-free token encoder: character embeddings -> char-CNN -> highways -> projection.
+
+The char-CNN does no work on the run of padding characters that ends each token, yet
+stays exact: the padding character has a learned embedding, so every window that lies
+wholly inside that run has the same value per filter (`padding_window_values`), which is
+taken into the max for the tokens that have such a window.
+"""
+from typing import List, Optional
 
 import torch
 from torch import nn
 
+from .chars import PADDING
 from .config import BiLMConfig
+
+PADDING_ID = PADDING + 1
+TOKENS_PER_CHUNK = 1024
 
 
 class Highway(nn.Module):
@@ -25,18 +35,38 @@ class Highway(nn.Module):
 
 
 class CharCNN(nn.Module):
-    """One convolution per filter width, max-pooled over character positions."""
+    """One convolution per filter width, max-pooled over character positions, then the
+    activation. Convolutions run as one matrix product over all windows."""
 
     def __init__(self, config: BiLMConfig) -> None:
         super().__init__()
         self.convs = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, n_filters, width) for width, n_filters in config.filters
         )
+        self.widths = [width for width, _ in config.filters]
+        self.n_chars = config.max_characters_per_token
         self.activation = torch.relu if config.activation == "relu" else torch.tanh
 
-    def forward(self, char_embeddings: torch.Tensor) -> torch.Tensor:
-        """(n_tokens, char_embedding_dim, n_chars) -> (n_tokens, n_filters)"""
-        pooled = [conv(char_embeddings).max(dim=-1).values for conv in self.convs]
+    def forward(self, char_embeddings: torch.Tensor, padding_embedding: torch.Tensor, used: torch.Tensor) -> torch.Tensor:
+        """char_embeddings: (n_tokens, n_positions, char_dim), the first positions of each token,
+        enough to cover what any of them uses plus the widest window;
+        padding_embedding: (char_dim,);
+        used: (n_tokens,) positions before each token's trailing padding, out of `n_chars`.
+        Returns (n_tokens, n_filters)."""
+        n_tokens, n_positions, char_dim = char_embeddings.shape
+        pooled: List[torch.Tensor] = []
+        for width, conv in zip(self.widths, self.convs):
+            weight = conv.weight.reshape(conv.out_channels, char_dim * width).t()
+            if n_positions >= width:
+                windows = char_embeddings.unfold(1, width, 1)  # (n_tokens, n_windows, char_dim, width)
+                values = torch.addmm(conv.bias, windows.reshape(-1, char_dim * width), weight)
+                best = values.view(n_tokens, -1, conv.out_channels).max(dim=1).values
+            else:
+                best = torch.full((n_tokens, conv.out_channels), float("-inf"), device=weight.device, dtype=weight.dtype)
+            padding_window = padding_embedding.unsqueeze(1).expand(char_dim, width).reshape(1, -1)
+            padding_value = torch.addmm(conv.bias, padding_window, weight)
+            has_padding_window = (used + width <= self.n_chars).unsqueeze(1)
+            pooled.append(torch.where(has_padding_window, torch.maximum(best, padding_value), best))
         return self.activation(torch.cat(pooled, dim=-1))
 
 
@@ -48,6 +78,7 @@ class TokenEncoder(nn.Module):
         # Row 0 is the padded-token id; the loader keeps it at zero.
         self.char_embedding = nn.Embedding(262, config.char_embedding_dim, padding_idx=0)
         self.cnn = CharCNN(config)
+        self.max_width = max(width for width, _ in config.filters)
         self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))
         self.projection: Optional[nn.Linear] = None
         if config.n_filters != config.projection_dim:
@@ -57,10 +88,28 @@ class TokenEncoder(nn.Module):
         """(..., n_chars) int64 -> (..., projection_dim)"""
         leading = char_ids.shape[:-1]
         flat = char_ids.reshape(-1, char_ids.shape[-1])
-        embedded = self.char_embedding(flat).transpose(1, 2)
-        x = self.cnn(embedded)
+        x = self._char_cnn(flat)
         for highway in self.highways:
             x = highway(x)
         if self.projection is not None:
             x = self.projection(x)
         return x.reshape(*leading, x.shape[-1])
+
+    def _char_cnn(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """(n_tokens, n_chars) -> (n_tokens, n_filters), tokens grouped by used length."""
+        n_chars = char_ids.shape[1]
+        trailing_padding = (char_ids == PADDING_ID).flip(1).long().cumprod(1).sum(1)
+        used = n_chars - trailing_padding
+        order = torch.argsort(used)
+        padding_embedding = self.char_embedding.weight[PADDING_ID]
+        outputs = []
+        for start in range(0, char_ids.shape[0], TOKENS_PER_CHUNK):
+            rows = order[start : start + TOKENS_PER_CHUNK]
+            chunk_used = used[rows]
+            positions = min(n_chars, int(chunk_used.max()) + self.max_width - 1) if rows.numel() else 0
+            embedded = self.char_embedding(char_ids[rows, :positions])
+            outputs.append(self.cnn(embedded, padding_embedding, chunk_used))
+        if not outputs:
+            return self.char_embedding.weight.new_zeros(0, sum(c.out_channels for c in self.cnn.convs))
+        result = torch.cat(outputs)
+        return result[torch.argsort(order)]

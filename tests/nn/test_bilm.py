@@ -319,16 +319,26 @@ def test_running_rows():
     assert running_rows([3, 1], 0) == []
 
 
-def test_add_sentence_boundaries():
+def test_boundary_vectors_encode_the_sentence_marks():
+    bilm = make_bilm()
+    with torch.no_grad():
+        boundaries = bilm.boundary_vectors()
+        expected = bilm.token_encoder(torch.tensor([BOS, EOS]))
+    assert boundaries.shape == (2, P)
+    torch.testing.assert_close(boundaries, expected, rtol=0, atol=0)
+
+
+def test_contextualize_on_token_encodings_equals_forward():
     bilm = make_bilm()
     ids, lengths = encode([["ab", "c"], ["d"]])
-    framed = bilm.add_sentence_boundaries(ids, torch.tensor(lengths))
-    assert framed.shape == (2, 4, 50)
-    assert framed[0, 0].tolist() == BOS and framed[1, 0].tolist() == BOS
-    assert framed[0, 3].tolist() == EOS and framed[1, 2].tolist() == EOS
-    assert torch.equal(framed[0, 1:3], ids[0])
-    assert torch.equal(framed[1, 1], ids[1, 0])
-    assert (framed[1, 3] == 0).all()
+    with torch.no_grad():
+        mask = torch.arange(ids.shape[1]).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        tokens = torch.zeros(*ids.shape[:2], P)
+        tokens[mask] = bilm.token_encoder(ids[mask])
+        tokens[~mask] = 123.0  # padding rows must not matter
+        via_tokens = bilm.contextualize(tokens, lengths).layers
+        direct = bilm(ids, lengths).layers
+    torch.testing.assert_close(via_tokens, direct, rtol=0, atol=1e-6)
 
 
 # ---------------------------------------------------------------- empty and invalid input

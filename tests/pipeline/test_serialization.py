@@ -67,4 +67,4 @@ def test_two_processes_give_the_same_vectors_as_one(nlp):
     double = [doc._.elmo.layers for doc in nlp.pipe(texts, n_process=2, batch_size=3)]
     assert len(double) == len(single)
     for a, b in zip(single, double):
-        numpy.testing.assert_allclose(b, a, atol=1e-6)
+        numpy.testing.assert_allclose(b, a, atol=1e-5)  # workers run single-threaded
