@@ -4,7 +4,7 @@ Ids follow bilm-tf/AllenNLP: bytes 0..255, begin-of-sentence 256, end-of-sentenc
 begin-of-word 258, end-of-word 259, padding 260, all shifted by +1 so that an all-zero
 row marks a padded (absent) token.
 """
-from typing import Dict, Sequence
+from typing import Sequence
 
 import numpy
 
@@ -43,24 +43,6 @@ def token_to_char_ids(token: str, width: int = MAX_CHARACTERS) -> numpy.ndarray:
     ids[1 : len(encoded) + 1] = numpy.frombuffer(encoded, dtype=numpy.uint8)
     ids[len(encoded) + 1] = END_OF_WORD
     return ids + 1
-
-
-class CharIdCache:
-    """Memoizes `token_to_char_ids` for a bounded number of distinct strings."""
-
-    def __init__(self, width: int = MAX_CHARACTERS, max_size: int = 100_000) -> None:
-        self.width = width
-        self.max_size = max_size
-        self._cache: Dict[str, numpy.ndarray] = {}
-
-    def __call__(self, token: str) -> numpy.ndarray:
-        ids = self._cache.get(token)
-        if ids is None:
-            ids = token_to_char_ids(token, self.width)
-            if len(self._cache) >= self.max_size:
-                self._cache.clear()
-            self._cache[token] = ids
-        return ids
 
 
 def batch_to_char_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARACTERS) -> numpy.ndarray:

@@ -11,7 +11,7 @@ from spacy.util import minibatch
 
 from ..io import ModelFileError, is_model_dir, load_model, load_public_model, model_from_bytes, model_to_bytes, save_model
 from ..nn.bilm import BiLM
-from ..nn.chars import CharIdCache
+from ..nn.embedder import Embedder
 from .config import ElmoSettings, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .output import ElmoOutput
@@ -31,6 +31,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "window_size": 128,
     "device": "cpu",
     "num_threads": 0,
+    "token_cache_size": 20000,
 }
 
 
@@ -49,6 +50,7 @@ def make_elmo(
     window_size: int,
     device: str,
     num_threads: int,
+    token_cache_size: int,
 ) -> "ElmoComponent":
     settings = ElmoSettings(
         mix=mix,
@@ -60,6 +62,7 @@ def make_elmo(
         window_size=window_size,
         device=device,
         num_threads=num_threads,
+        token_cache_size=token_cache_size,
     )
     return ElmoComponent(nlp.vocab, name, weights=weights, options=options, settings=settings)
 
@@ -108,7 +111,7 @@ class ElmoComponent(Pipe):
         self.device = torch.device(settings.device)
         self._bilm: Optional[BiLM] = None
         self._mix: Optional[LayerMix] = None
-        self._char_ids = CharIdCache()
+        self._embedder: Optional[Embedder] = None
 
     @property
     def bilm(self) -> BiLM:
@@ -126,7 +129,7 @@ class ElmoComponent(Pipe):
     def _set_bilm(self, bilm: BiLM) -> None:
         self._mix = LayerMix.from_setting(self.settings.mix, bilm.n_output_layers)
         self._bilm = bilm.to(self.device).eval()
-        self._char_ids = CharIdCache(bilm.config.max_characters_per_token)
+        self._embedder = Embedder(self._bilm, self.settings.token_cache_size)
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
         """Load the weights now rather than on the first doc."""
@@ -143,7 +146,7 @@ class ElmoComponent(Pipe):
 
     def annotate(self, docs: List[Doc]) -> None:
         """Run the biLM over `docs` and store the results on them."""
-        bilm = self.bilm
+        bilm = self.bilm  # loads the weights on first use
         apply_num_threads(self.settings.num_threads)
         n_layers, width = bilm.n_output_layers, bilm.config.output_dim
         layers = [numpy.zeros((n_layers, len(doc), width), dtype=numpy.float32) for doc in docs]
@@ -158,16 +161,9 @@ class ElmoComponent(Pipe):
             self._store(doc, doc_layers)
 
     def _run_batch(self, docs: List[Doc], batch: List[Segment], layers: List[numpy.ndarray]) -> None:
-        longest = max(len(segment.token_indices) for segment in batch)
-        width = self.bilm.config.max_characters_per_token
-        char_ids = numpy.zeros((len(batch), longest, width), dtype=numpy.int64)
-        for row, segment in enumerate(batch):
-            doc = docs[segment.doc_index]
-            for col, i in enumerate(segment.token_indices):
-                char_ids[row, col] = self._char_ids(doc[i].text)
-        lengths = [len(segment.token_indices) for segment in batch]
-        with torch.no_grad():
-            output = self.bilm(torch.from_numpy(char_ids).to(self.device), lengths)
+        sentences = [[docs[segment.doc_index][i].text for i in segment.token_indices] for segment in batch]
+        assert self._embedder is not None
+        output = self._embedder(sentences)
         values = output.layers.float().cpu().numpy()
         for row, segment in enumerate(batch):
             layers[segment.doc_index][:, segment.token_indices] = values[:, row, : len(segment.token_indices)]

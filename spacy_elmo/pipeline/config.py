@@ -3,6 +3,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Union
 
 import numpy
+import torch
 
 MixSetting = Union[str, int, Dict[str, Any]]
 
@@ -56,6 +57,7 @@ class ElmoSettings:
     window_size: int = 128
     device: str = "cpu"
     num_threads: int = 0
+    token_cache_size: int = 20000
 
     def __post_init__(self) -> None:
         if self.batch_tokens < 1:
@@ -66,7 +68,8 @@ class ElmoSettings:
             )
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be 0 (leave torch's setting) or positive, got {self.num_threads}")
-        import torch
+        if self.token_cache_size < 0:
+            raise ValueError(f"token_cache_size must be 0 (no cache) or positive, got {self.token_cache_size}")
 
         try:
             torch.device(self.device)

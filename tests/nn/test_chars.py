@@ -4,7 +4,6 @@ import pytest
 
 from spacy_elmo.nn.chars import (
     MAX_CHARACTERS,
-    CharIdCache,
     batch_to_char_ids,
     begin_of_sentence_ids,
     end_of_sentence_ids,
@@ -146,26 +145,3 @@ def test_batch_to_char_ids_custom_width():
     out = batch_to_char_ids([["abcdef"]], width=6)
     assert out.shape == (1, 1, 6)
     assert out[0, 0].tolist() == [BOW, 98, 99, 100, 101, EOW]
-
-
-def test_char_id_cache_returns_same_ids():
-    cache = CharIdCache()
-    for token in ["a", "bank", "\U0001F600", "x" * 70, "\ud800", ""]:
-        first = cache(token)
-        assert numpy.array_equal(first, token_to_char_ids(token))
-        assert numpy.array_equal(cache(token), first)
-
-
-def test_char_id_cache_respects_width():
-    cache = CharIdCache(width=7)
-    assert cache("abcdefgh").tolist() == [BOW, 98, 99, 100, 101, 102, EOW]
-
-
-def test_char_id_cache_stays_bounded_and_correct_after_eviction():
-    cache = CharIdCache(max_size=3)
-    tokens = [f"tok{i}" for i in range(25)]
-    for round_ in range(2):
-        for token in tokens:
-            ids = cache(token)
-            assert numpy.array_equal(ids, token_to_char_ids(token))
-            assert len(cache._cache) <= 3

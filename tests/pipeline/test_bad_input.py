@@ -33,13 +33,13 @@ def test_a_20000_token_doc_without_sentences_runs_in_bounded_batches(tiny_model_
     component = nlp.get_pipe("elmo")
     bilm = component.bilm
     seen = []
-    original = bilm.forward
+    original = bilm.contextualize
 
-    def recording_forward(char_ids, lengths, state=None):
-        seen.append(tuple(char_ids.shape[:2]))
-        return original(char_ids, lengths, state)
+    def recording_contextualize(tokens, lengths, state=None, boundaries=None):
+        seen.append(tuple(tokens.shape[:2]))
+        return original(tokens, lengths, state, boundaries)
 
-    monkeypatch.setattr(bilm, "forward", recording_forward)
+    monkeypatch.setattr(bilm, "contextualize", recording_contextualize)
     words = [f"w{i % 997}" for i in range(20_000)]
     doc = nlp(" ".join(words))
     assert len(doc) == 20_000

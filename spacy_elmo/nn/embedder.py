@@ -1,0 +1,90 @@
+"""Tokenized sentences -> biLM layers, with token encodings cached by token string.
+
+Words repeat: in running English text a few thousand types cover most tokens, so the
+char-CNN and highways run once per distinct string (per batch, and across batches while
+the string stays in a bounded LRU cache). The cache assumes frozen weights: call `clear()`
+after changing them.
+"""
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence
+
+import numpy
+import torch
+
+from .bilm import BiLM, BiLMOutput, BiLMState
+from .chars import token_to_char_ids
+
+
+class Embedder:
+    """Runs a `BiLM` for inference over tokenized sentences."""
+
+    def __init__(self, bilm: BiLM, cache_size: int = 20_000) -> None:
+        if cache_size < 0:
+            raise ValueError(f"cache_size must not be negative, got {cache_size}")
+        self.bilm = bilm
+        self.cache_size = cache_size
+        self._slots: "OrderedDict[str, int]" = OrderedDict()  # string -> row of _table, oldest first
+        self._table: Optional[torch.Tensor] = None  # (cache_size, P)
+        self._boundaries: Optional[torch.Tensor] = None  # (2, P)
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._table = None
+        self._boundaries = None
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._slots)
+
+    def __call__(self, sentences: Sequence[Sequence[str]], state: Optional[BiLMState] = None) -> BiLMOutput:
+        """sentences: each a non-empty list of tokens. Returns layers (L+1, batch, max_len, 2P)."""
+        with torch.no_grad():
+            types: Dict[str, int] = {}
+            index = numpy.zeros((len(sentences), max((len(s) for s in sentences), default=0)), dtype=numpy.int64)
+            for row, sentence in enumerate(sentences):
+                for col, token in enumerate(sentence):
+                    index[row, col] = types.setdefault(token, len(types))
+            vectors = self.encode_types(list(types))
+            tokens = vectors[torch.from_numpy(index).to(vectors.device)]
+            if self._boundaries is None:
+                self._boundaries = self.bilm.boundary_vectors()
+            lengths = [len(s) for s in sentences]
+            return self.bilm.contextualize(tokens, lengths, state, boundaries=self._boundaries)
+
+    def encode_types(self, strings: List[str]) -> torch.Tensor:
+        """(len(strings), P) token encodings of distinct strings, from the cache where possible."""
+        reference = self.bilm.token_encoder.char_embedding.weight
+        out = reference.new_empty(len(strings), self.bilm.config.projection_dim)
+        hits = [i for i, s in enumerate(strings) if s in self._slots]
+        missing = [i for i, s in enumerate(strings) if s not in self._slots]
+        if hits:
+            slots = [self._slots[strings[i]] for i in hits]
+            out[hits] = self._cached_table()[slots]
+            for i in hits:
+                self._slots.move_to_end(strings[i])
+        if missing:
+            width = self.bilm.config.max_characters_per_token
+            ids = numpy.stack([token_to_char_ids(strings[i], width) for i in missing])
+            out[missing] = self.bilm.token_encoder(torch.from_numpy(ids).to(out.device))
+            self._remember([strings[i] for i in missing], out[missing])
+        return out
+
+    def _cached_table(self) -> torch.Tensor:
+        if self._table is None:
+            reference = self.bilm.token_encoder.char_embedding.weight
+            self._table = reference.new_zeros(self.cache_size, self.bilm.config.projection_dim)
+        return self._table
+
+    def _remember(self, strings: List[str], vectors: torch.Tensor) -> None:
+        """Store the newest `cache_size` of these, evicting the least recently used."""
+        if not self.cache_size:
+            return
+        table = self._cached_table()
+        keep = range(max(0, len(strings) - self.cache_size), len(strings))
+        for k in keep:
+            if len(self._slots) < self.cache_size:
+                slot = len(self._slots)
+            else:
+                _, slot = self._slots.popitem(last=False)
+            self._slots[strings[k]] = slot
+            table[slot] = vectors[k]
