@@ -67,27 +67,35 @@ class ProjectedLSTM(nn.Module):
         """
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
-        input_gates = torch.nn.functional.linear(inputs, self.input_weight, self.bias)
+        # (time, batch, 4 * cell_dim): each step reads one contiguous block.
+        input_gates = torch.nn.functional.linear(inputs.transpose(0, 1), self.input_weight, self.bias)
         if self.forget_bias:
             input_gates[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
-        outputs = inputs.new_zeros(batch, time, self.output_dim)
-        recurrent_t = self.recurrent_weight.t()
-        projection_t = self.projection.t() if self.projection is not None else None
+        outputs = inputs.new_zeros(time, batch, self.output_dim)
+        in_place = not torch.is_grad_enabled()
+        if in_place:
+            h, c = h.clone(), c.clone()
         for t, n in enumerate(batch_sizes):
-            gates = torch.addmm(input_gates[:n, t], h[:n], recurrent_t)
-            i, f, g, o = gates.chunk(4, dim=1)
-            c_t = torch.sigmoid(f) * c[:n] + torch.sigmoid(i) * torch.tanh(g)
-            if self.cell_clip is not None:
-                c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
-            h_t = torch.sigmoid(o) * torch.tanh(c_t)
-            if projection_t is not None:
-                h_t = h_t @ projection_t
-                if self.proj_clip is not None:
-                    h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
-            outputs[:n, t] = h_t
-            if n < batch:
-                h = torch.cat([h_t, h[n:]])
-                c = torch.cat([c_t, c[n:]])
+            h_t, c_t = self._step(input_gates[t, :n], h[:n], c[:n])
+            outputs[t, :n] = h_t
+            if in_place:
+                h[:n], c[:n] = h_t, c_t
+            elif n < batch:
+                h, c = torch.cat([h_t, h[n:]]), torch.cat([c_t, c[n:]])
             else:
                 h, c = h_t, c_t
-        return outputs, (h, c)
+        return outputs.transpose(0, 1), (h, c)
+
+    def _step(self, input_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> LSTMState:
+        """One time step for n running rows: (n, 4H), (n, P), (n, H) -> new (h, c)."""
+        gates = torch.addmm(input_gates, h, self.recurrent_weight.t())
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(g))
+        if self.cell_clip is not None:
+            c = c.clamp(-self.cell_clip, self.cell_clip)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        if self.projection is not None:
+            h = h @ self.projection.t()
+            if self.proj_clip is not None:
+                h = h.clamp(-self.proj_clip, self.proj_clip)
+        return h, c
