@@ -8,6 +8,7 @@ from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
 from spacy.util import minibatch
+from spacy.vocab import Vocab
 
 from ..io import ModelFileError, is_model_dir, load_model, load_public_model, model_from_bytes, model_to_bytes, save_model
 from ..nn.bilm import BiLM
@@ -29,13 +30,14 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "batch_tokens": 4096,
     "use_sentences": True,
     "window_size": 128,
+    "window_overlap": 32,
     "device": "cpu",
     "num_threads": 0,
     "token_cache_size": 20000,
 }
 
 
-@Language.factory("elmo", default_config=DEFAULT_CONFIG)
+@Language.factory("elmo", default_config=DEFAULT_CONFIG, assigns=["doc._.elmo_data", "doc.tensor"])
 def make_elmo(
     nlp: Language,
     name: str,
@@ -48,10 +50,12 @@ def make_elmo(
     batch_tokens: int,
     use_sentences: bool,
     window_size: int,
+    window_overlap: int,
     device: str,
     num_threads: int,
     token_cache_size: int,
 ) -> "ElmoComponent":
+    """The `elmo` factory; the settings are described in the README."""
     settings = ElmoSettings(
         mix=mix,
         keep_layers=keep_layers,
@@ -60,6 +64,7 @@ def make_elmo(
         batch_tokens=batch_tokens,
         use_sentences=use_sentences,
         window_size=window_size,
+        window_overlap=window_overlap,
         device=device,
         num_threads=num_threads,
         token_cache_size=token_cache_size,
@@ -95,7 +100,7 @@ class ElmoComponent(Pipe):
 
     def __init__(
         self,
-        vocab,
+        vocab: Vocab,
         name: str = "elmo",
         *,
         weights: str = "",
@@ -140,43 +145,58 @@ class ElmoComponent(Pipe):
         return doc
 
     def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+        error_handler = self.get_error_handler()
         for docs in minibatch(stream, size=batch_size):
-            self.annotate(docs)
-            yield from docs
+            try:
+                self.annotate(docs)
+                yield from docs
+            except Exception as err:
+                error_handler(self.name, self, docs, err)
 
     def annotate(self, docs: List[Doc]) -> None:
         """Run the biLM over `docs` and store the results on them."""
         bilm = self.bilm  # loads the weights on first use
         apply_num_threads(self.settings.num_threads)
-        n_layers, width = bilm.n_output_layers, bilm.config.output_dim
-        layers = [numpy.zeros((n_layers, len(doc), width), dtype=numpy.float32) for doc in docs]
+        width = bilm.config.output_dim
+        leading = (bilm.n_output_layers,) if self.settings.keep_layers else ()
+        stored = [numpy.zeros((*leading, len(doc), width), dtype=numpy.float32) for doc in docs]
+        settings = self.settings
         segments = [
             segment
             for index, doc in enumerate(docs)
-            for segment in doc_segments(doc, index, self.settings.use_sentences, self.settings.window_size)
+            for segment in doc_segments(doc, index, settings.use_sentences, settings.window_size, settings.window_overlap)
         ]
-        for batch in token_budget_batches(segments, self.settings.batch_tokens):
-            self._run_batch(docs, batch, layers)
-        for doc, doc_layers in zip(docs, layers):
-            self._store(doc, doc_layers)
+        for batch in token_budget_batches(segments, settings.batch_tokens):
+            self._run_batch(docs, batch, stored)
+        for doc, values in zip(docs, stored):
+            self._store(doc, values)
 
-    def _run_batch(self, docs: List[Doc], batch: List[Segment], layers: List[numpy.ndarray]) -> None:
+    def _run_batch(self, docs: List[Doc], batch: List[Segment], stored: List[numpy.ndarray]) -> None:
+        """Embed one batch of segments and write the kept rows into each doc's array."""
         sentences = [[docs[segment.doc_index][i].text for i in segment.token_indices] for segment in batch]
         assert self._embedder is not None
-        output = self._embedder(sentences)
-        values = output.layers.float().cpu().numpy()
+        layers = self._embedder(sentences).layers.float().cpu().numpy()  # (L + 1, batch, time, 2P)
+        values = layers if self.settings.keep_layers else self._mixed(layers)
         for row, segment in enumerate(batch):
-            layers[segment.doc_index][:, segment.token_indices] = values[:, row, : len(segment.token_indices)]
+            keep = slice(segment.keep_start, segment.keep_end)
+            stored[segment.doc_index][..., segment.token_indices[keep], :] = values[..., row, keep, :]
 
-    def _store(self, doc: Doc, layers: numpy.ndarray) -> None:
+    def _mixed(self, layers: numpy.ndarray) -> numpy.ndarray:
+        """(L + 1, ..., 2P) -> (..., 2P) with the configured mix."""
         mix = self.mix
-        mixed = (mix.gamma * numpy.tensordot(mix.weights, layers, axes=1)).astype(numpy.float32)
-        output = ElmoOutput(mixed=mixed, layers=layers if self.settings.keep_layers else None)
+        return (mix.gamma * numpy.tensordot(mix.weights, layers, axes=1)).astype(numpy.float32)
+
+    def _store(self, doc: Doc, values: numpy.ndarray) -> None:
+        """values: all layers (L + 1, n_tokens, 2P), or the mix (n_tokens, 2P) when layers are not kept."""
+        if self.settings.keep_layers:
+            output = ElmoOutput(mixed=self._mixed(values), layers=values)
+        else:
+            output = ElmoOutput(mixed=values)
         doc._.set(DATA_ATTR, output.to_dict())
         if self.settings.similarity_hooks:
             set_similarity_hooks(doc)
         if self.settings.set_tensor and doc.tensor.size == 0 and len(doc):
-            doc.tensor = mixed
+            doc.tensor = output.mixed
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
         save_model(self.bilm, path)

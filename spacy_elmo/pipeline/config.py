@@ -43,6 +43,16 @@ class LayerMix:
             return cls(weights, float(setting.get("gamma", 1.0)))
         raise ValueError(f"unsupported mix setting {setting!r}")
 
+    @staticmethod
+    def check_syntax(setting: MixSetting) -> None:
+        """Errors a mix setting has whatever the model's depth."""
+        if isinstance(setting, int) and not isinstance(setting, bool):
+            return
+        if isinstance(setting, dict) and "weights" in setting:
+            LayerMix.from_setting(setting, len(setting["weights"]))
+            return
+        LayerMix.from_setting(setting, 1)
+
 
 @dataclass(frozen=True)
 class ElmoSettings:
@@ -55,24 +65,32 @@ class ElmoSettings:
     batch_tokens: int = 4096
     use_sentences: bool = True
     window_size: int = 128
+    window_overlap: int = 32
     device: str = "cpu"
     num_threads: int = 0
     token_cache_size: int = 20000
 
     def __post_init__(self) -> None:
+        LayerMix.check_syntax(self.mix)
         if self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
         if not 1 <= self.window_size <= self.batch_tokens:
             raise ValueError(
                 f"window_size must be between 1 and batch_tokens ({self.batch_tokens}), got {self.window_size}"
             )
+        if not 0 <= self.window_overlap < self.window_size:
+            raise ValueError(
+                f"window_overlap must be at least 0 and below window_size ({self.window_size}), got {self.window_overlap}"
+            )
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be 0 (leave torch's setting) or positive, got {self.num_threads}")
         if self.token_cache_size < 0:
             raise ValueError(f"token_cache_size must be 0 (no cache) or positive, got {self.token_cache_size}")
-
         try:
-            torch.device(self.device)
+            device = torch.device(self.device)
         except RuntimeError as err:
             raise ValueError(f"device {self.device!r} is not a torch device ({err})") from err
-
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {self.device!r} asked for, but torch sees no CUDA device here")
+        if device.type not in ("cpu", "cuda", "mps", "xpu"):
+            raise ValueError(f"device {self.device!r} cannot run the biLM: use 'cpu' or a GPU device")

@@ -14,8 +14,17 @@ DATA_ATTR = "elmo_data"
 
 
 def doc_elmo(doc: Doc) -> Optional[ElmoOutput]:
+    """The doc's ELMo vectors, None if the elmo component has not run on it."""
     data = doc._.get(DATA_ATTR)
-    return None if data is None else ElmoOutput.from_dict(data)
+    if data is None:
+        return None
+    output = ElmoOutput.from_dict(data)
+    if output.mixed.shape[0] != len(doc):
+        raise ValueError(
+            f"doc._.elmo has {output.mixed.shape[0]} rows but the doc has {len(doc)} tokens: "
+            "the doc was retokenized after the elmo component ran; put elmo after any retokenizer"
+        )
+    return output
 
 
 def token_elmo(token: Token) -> Optional[numpy.ndarray]:

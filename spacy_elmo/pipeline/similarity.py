@@ -37,13 +37,25 @@ def has_elmo_vector(item: Item) -> bool:
     return doc_elmo(item if isinstance(item, Doc) else item.doc) is not None
 
 
+def elmo_or_plain_vector(item: Item) -> numpy.ndarray:
+    """The item's ELMo vector where its doc has one (hooks or not), else `item.vector`."""
+    doc = item if isinstance(item, Doc) else item.doc
+    if doc_elmo(doc) is None:
+        return item.vector
+    if isinstance(item, Token):
+        return token_elmo(item)
+    return span_elmo(item if isinstance(item, Span) else item[:])
+
+
 def cosine(item: Item, other: Item) -> float:
-    """Cosine of the two items' vectors (ELMo where set); 0.0 if either is all zeros."""
-    a, b = numpy.asarray(item.vector, dtype=numpy.float64), numpy.asarray(other.vector, dtype=numpy.float64)
+    """Cosine of the two items' ELMo vectors (plain vectors for an item without ELMo);
+    0.0 if either is all zeros."""
+    a = numpy.asarray(elmo_or_plain_vector(item), dtype=numpy.float64)
+    b = numpy.asarray(elmo_or_plain_vector(other), dtype=numpy.float64)
     if a.shape != b.shape:
         raise ValueError(
             f"cannot compare vectors of width {a.shape[-1]} and {b.shape[-1]}: "
-            "are both sides processed by the same ELMo component?"
+            "run the same elmo component on both docs"
         )
     norm = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
     return 0.0 if norm == 0.0 else float(a @ b / norm)

@@ -6,7 +6,7 @@ import torch
 
 from spacy_elmo.io import ModelFileError
 from spacy_elmo.pipeline.component import ElmoComponent
-from spacy_elmo.pipeline.segments import Segment, doc_segments, token_budget_batches
+from spacy_elmo.pipeline.segments import Segment, doc_segments, token_budget_batches, windows
 
 TEXT = "I sat by the bank of the river."
 
@@ -53,17 +53,27 @@ def test_mix_settings(tiny_model_dir, mix, weights, gamma):
     "config,message",
     [
         ({"mix": "bottom"}, "mix must be"),
-        ({"mix": 5}, "out of range"),
-        ({"mix": {"weights": [1, 2]}}, "3 finite numbers"),
+        ({"mix": {"weights": [1, 2], "beta": 1}}, "needs 'weights'"),
+        ({"window_overlap": 128}, "window_overlap"),
+        ({"token_cache_size": -1}, "token_cache_size"),
+        ({"device": "cuda:0"} if not torch.cuda.is_available() else {"device": "meta"}, "CUDA|cannot run"),
+        ({"mix": {"weights": [[1, 2]]}}, "finite numbers"),
         ({"batch_tokens": 0}, "batch_tokens"),
         ({"window_size": 10_000}, "window_size"),
+        ({"mix": True}, "boolean|mix"),
         ({"device": "toaster"}, "device"),
     ],
 )
-def test_bad_settings_are_clear_errors(tiny_model_dir, config, message):
+def test_bad_settings_are_clear_errors_when_the_pipe_is_added(tiny_model_dir, config, message):
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match=message):
         nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), **config})
+
+
+def test_a_layer_index_beyond_the_model_is_an_error_at_load(tiny_model_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "mix": 5})
+    with pytest.raises(ValueError, match="out of range for a model with 3 layers"):
         nlp(TEXT)
 
 
@@ -125,7 +135,7 @@ def test_sentences_are_embedded_separately(nlp):
 
 def test_docs_without_sentences_are_cut_into_windows(tiny_model_dir):
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "window_size": 4})
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "window_size": 4, "window_overlap": 0})
     doc = nlp("one two three four five six seven eight nine ten")
     component = nlp.get_pipe("elmo")
     for start in (0, 4, 8):
@@ -133,6 +143,29 @@ def test_docs_without_sentences_are_cut_into_windows(tiny_model_dir):
         numpy.testing.assert_allclose(
             doc._.elmo.layers[:, start : start + len(words)], reference_layers(component, words), atol=1e-5
         )
+
+
+def test_overlapping_windows_keep_each_token_from_its_more_central_window(tiny_model_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "window_size": 6, "window_overlap": 2})
+    doc = nlp("one two three four five six seven eight nine ten eleven")
+    component = nlp.get_pipe("elmo")
+    words = [t.text for t in doc]
+    # windows [0, 6) [4, 10) [5, 11); cuts in the middle of each overlap: at 5 and at 7
+    first, second, last = (reference_layers(component, words[a:b]) for a, b in ((0, 6), (4, 10), (5, 11)))
+    numpy.testing.assert_allclose(doc._.elmo.layers[:, 0:5], first[:, 0:5], atol=1e-5)
+    numpy.testing.assert_allclose(doc._.elmo.layers[:, 5:7], second[:, 1:3], atol=1e-5)
+    numpy.testing.assert_allclose(doc._.elmo.layers[:, 7:11], last[:, 2:6], atol=1e-5)
+
+
+def test_window_cuts_cover_every_token_once():
+    for n in range(0, 40):
+        for size, overlap in ((4, 0), (4, 1), (5, 2), (8, 7), (40, 10)):
+            pieces = windows(n, size, overlap)
+            kept = [i for start, end, ks, ke in pieces for i in range(start + ks, start + ke)]
+            assert kept == list(range(n)), (n, size, overlap)
+            assert all(end - start <= size for start, end, _, _ in pieces)
+            assert all(0 <= ks <= ke <= end - start for start, end, ks, ke in pieces)
 
 
 def test_set_tensor_fills_an_empty_tensor_only(tiny_model_dir):
@@ -159,9 +192,9 @@ def test_keep_layers_off_stores_only_the_mix(tiny_model_dir):
 def test_segments_and_token_budget_batches():
     nlp = spacy.blank("en")
     doc = nlp("a b c d e f g")
-    segments = doc_segments(doc, 7, use_sentences=True, window_size=3)
-    assert segments == [Segment(7, [0, 1, 2]), Segment(7, [3, 4, 5]), Segment(7, [6])]
-    many = [Segment(0, list(range(n))) for n in (5, 1, 3, 5, 2, 4)]
+    segments = doc_segments(doc, 7, use_sentences=True, window_size=3, window_overlap=0)
+    assert segments == [Segment(7, [0, 1, 2], 0, 3), Segment(7, [3, 4, 5], 0, 3), Segment(7, [6], 0, 1)]
+    many = [Segment(0, list(range(n)), 0, n) for n in (5, 1, 3, 5, 2, 4)]
     batches = list(token_budget_batches(many, batch_tokens=10))
     assert sorted(len(s.token_indices) for b in batches for s in b) == [1, 2, 3, 4, 5, 5]
     for batch in batches:
