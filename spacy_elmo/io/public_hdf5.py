@@ -120,8 +120,11 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
                 raise ModelFileError(
                     path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights"
                 )
+            dataset = handle[name]
+            if not isinstance(dataset, h5py.Dataset) or dataset.dtype.kind != "f":
+                raise ModelFileError(path, f"{name!r} is not a floating-point dataset")
             try:
-                stored = numpy.asarray(handle[name][...], dtype=numpy.float32)
+                stored = numpy.asarray(dataset[...], dtype=numpy.float32)
             except (OSError, KeyError) as err:
                 raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
             expected = entry.to_public(entry.read()).shape

@@ -3,8 +3,9 @@
 Words repeat: in running English text a few thousand types cover most tokens, so the
 char-CNN and highways run once per distinct string (per batch, and across batches while
 the string stays in a bounded LRU cache). The cache assumes frozen weights: call `clear()`
-after changing them.
+after changing them. Calls from several threads are serialized.
 """
+import threading
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
@@ -26,6 +27,7 @@ class Embedder:
         self._slots: "OrderedDict[str, int]" = OrderedDict()  # string -> row of _table, oldest first
         self._table: Optional[torch.Tensor] = None  # (cache_size, P)
         self._boundaries: Optional[torch.Tensor] = None  # (2, P)
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         self._slots.clear()
@@ -38,7 +40,7 @@ class Embedder:
 
     def __call__(self, sentences: Sequence[Sequence[str]], state: Optional[BiLMState] = None) -> BiLMOutput:
         """sentences: each a non-empty list of tokens. Returns layers (L+1, batch, max_len, 2P)."""
-        with torch.no_grad():
+        with self._lock, torch.no_grad():
             types: Dict[str, int] = {}
             index = numpy.zeros((len(sentences), max((len(s) for s in sentences), default=0)), dtype=numpy.int64)
             for row, sentence in enumerate(sentences):

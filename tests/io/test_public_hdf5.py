@@ -139,3 +139,18 @@ def test_nan_weights_are_rejected(tmp_path, allennlp_fixture):
         handle["CNN_proj/b_proj"][0] = numpy.nan
     with pytest.raises(ModelFileError, match="CNN_proj/b_proj.*NaN"):
         load_public_model(allennlp_fixture / "options.json", weights)
+
+
+@pytest.mark.parametrize("damage", ["group", "integers"])
+def test_datasets_of_the_wrong_kind_are_rejected(tmp_path, allennlp_fixture, damage):
+    weights = tmp_path / "weights.hdf5"
+    shutil.copy(allennlp_fixture / "lm_weights.hdf5", weights)
+    weights.chmod(0o644)
+    with h5py.File(weights, "r+") as handle:
+        del handle["CNN_proj/b_proj"]
+        if damage == "group":
+            handle.create_group("CNN_proj/b_proj")
+        else:
+            handle.create_dataset("CNN_proj/b_proj", data=numpy.ones(16, dtype=numpy.int8))
+    with pytest.raises(ModelFileError, match=r"weights.hdf5: 'CNN_proj/b_proj' is not a floating-point dataset"):
+        load_public_model(allennlp_fixture / "options.json", weights)

@@ -212,3 +212,43 @@ def test_num_threads_setting_is_applied(tiny_model_dir):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_retokenizing_after_elmo_is_a_clear_error(nlp):
+    doc = nlp("New York is a big city .")
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    with pytest.raises(ValueError, match="retokenized after the elmo component"):
+        doc[2]._.elmo
+
+
+def test_a_retokenizer_before_elmo_is_fine(tiny_model_dir):
+    nlp = spacy.blank("en")
+    ruler = nlp.add_pipe("entity_ruler")
+    ruler.add_patterns([{"label": "GPE", "pattern": "New York"}])
+    nlp.add_pipe("merge_entities")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir)})
+    doc = nlp("New York is a big city .")
+    assert doc[0].text == "New York"
+    assert doc._.elmo.layers.shape[1] == len(doc) == 6
+
+
+def test_the_error_handler_is_used(nlp):
+    component = nlp.get_pipe("elmo")
+    seen = []
+    component.set_error_handler(lambda name, proc, docs, err: seen.append((name, len(docs), str(err))))
+    original = component.annotate
+
+    def failing(docs):
+        raise RuntimeError("boom")
+
+    component.annotate = failing
+    try:
+        assert list(nlp.pipe(["a b", "c"])) == []
+    finally:
+        component.annotate = original
+    assert seen == [("elmo", 2, "boom")]
+
+
+def test_factory_declares_what_it_assigns(nlp):
+    assert "doc._.elmo_data" in nlp.get_pipe_meta("elmo").assigns

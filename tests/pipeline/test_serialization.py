@@ -68,3 +68,19 @@ def test_two_processes_give_the_same_vectors_as_one(nlp):
     assert len(double) == len(single)
     for a, b in zip(single, double):
         numpy.testing.assert_allclose(b, a, atol=1e-5)  # workers run single-threaded
+
+
+def test_similarity_after_two_processes(nlp):
+    """Workers' hooks do not come back; a hooked doc still compares contextually with
+    returned docs, and re-attaching the hooks makes returned docs contextual again."""
+    hooked = nlp("the bank of the river")
+    returned = list(nlp.pipe(["the bank gave cash"], n_process=2))[0]
+    assert "similarity" not in returned.user_token_hooks
+    expected = float(
+        hooked[1]._.elmo @ returned[1]._.elmo
+        / (numpy.linalg.norm(hooked[1]._.elmo) * numpy.linalg.norm(returned[1]._.elmo))
+    )
+    assert hooked[1].similarity(returned[1]) == pytest.approx(expected, abs=1e-6)
+    set_similarity_hooks(returned)
+    assert returned[1].similarity(hooked[1]) == pytest.approx(expected, abs=1e-6)
+    assert expected < 0.9999

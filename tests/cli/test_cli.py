@@ -1,0 +1,41 @@
+"""`python -m spacy_elmo`: the demo (the README's main job) and info."""
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+
+runner = CliRunner()
+
+
+def test_demo_prints_similarities_with_the_golden_model(allennlp_fixture):
+    result = runner.invoke(
+        app, ["demo", "--weights", str(allennlp_fixture / "lm_weights.hdf5"), "--options", str(allennlp_fixture / "options.json")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "doc._.elmo.layers (3, 13, 32)" in result.output
+    rows = [line.split() for line in result.output.splitlines() if line.startswith("  ")]
+    assert len(rows) == 4
+    matrix = [[float(x) for x in row] for row in rows]
+    assert all(abs(matrix[i][i] - 1.0) < 1e-3 for i in range(4))
+    assert any(matrix[i][j] < 0.99 for i in range(4) for j in range(4) if i != j)
+
+
+def test_demo_default_runs_as_a_module(allennlp_fixture):
+    result = subprocess.run([sys.executable, "-m", "spacy_elmo", "demo"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "cosine of 'bank'" in result.stdout
+
+
+def test_info_prints_the_configuration(tiny_model_dir):
+    result = runner.invoke(app, ["info", str(tiny_model_dir)])
+    assert result.exit_code == 0, result.output
+    assert "lstm_dim" in result.output and "12" in result.output
+    assert "parameters" in result.output
+
+
+def test_info_on_a_missing_model_names_it(tmp_path):
+    result = runner.invoke(app, ["info", str(tmp_path / "absent")])
+    assert result.exit_code != 0
+    assert "absent: weights not found" in str(result.exception)
