@@ -30,9 +30,11 @@ def test_stateful_batches_reproduce_tensorflow_outputs(name, sentence_file, requ
         for group, tokens in enumerate(batch):
             expected = recorded_top_layer(directory, group, index)[: len(tokens)]
             got = output.layers[2, group, : len(tokens)].numpy()
-            # The reference tests use numpy.allclose(atol=1e-6); float32 noise of the
-            # recording itself is about 1e-6 (a float64 run differs from it by 1.1e-6).
-            assert numpy.allclose(got, expected, atol=1e-6), f"sentence {index} of group {group}"
+            # The reference tests' own check: numpy.allclose(atol=1e-6) with its default
+            # rtol=1e-5. The recording's float32 noise is about 1e-6 (a float64 run of the
+            # model differs from it by 1.1e-6); the absolute bound below is kept tight too.
+            assert numpy.allclose(got, expected, atol=1e-6, rtol=1e-5), f"sentence {index} of group {group}"
+            assert numpy.abs(got - expected).max() < 1.5e-6, f"sentence {index} of group {group}"
             compared += 1
     assert compared == 30
 
