@@ -109,7 +109,7 @@ class BiLM(nn.Module):
         lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
         mask = torch.arange(char_ids.shape[1], device=char_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
         tokens = self.boundary_vectors().new_zeros(*char_ids.shape[:2], self.config.projection_dim)
-        tokens[mask] = self.token_encoder(char_ids[mask])
+        tokens[mask] = self.token_encoder(char_ids[mask]).to(tokens.dtype)
         return self.contextualize(tokens, lengths, state)
 
     def contextualize(
@@ -138,7 +138,7 @@ class BiLM(nn.Module):
         framed = tokens.new_zeros(batch, time + 2, tokens.shape[2])
         framed[:, 1 : time + 1] = tokens[order]
         framed[:, 0] = boundaries[0]
-        framed[torch.arange(batch, device=tokens.device), sorted_lengths + 1] = boundaries[1]
+        framed[torch.arange(batch, device=tokens.device), sorted_lengths + 1] = boundaries[1].to(framed.dtype)
         batch_sizes = running_rows(framed_lengths.tolist(), time + 2)
         sorted_state = None
         if state is not None:

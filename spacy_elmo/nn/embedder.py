@@ -67,7 +67,7 @@ class Embedder:
         if missing:
             width = self.bilm.config.max_characters_per_token
             ids = numpy.stack([token_to_char_ids(strings[i], width) for i in missing])
-            out[missing] = self.bilm.token_encoder(torch.from_numpy(ids).to(out.device))
+            out[missing] = self.bilm.token_encoder(torch.from_numpy(ids).to(out.device)).to(out.dtype)
             self._remember([strings[i] for i in missing], out[missing])
         return out
 

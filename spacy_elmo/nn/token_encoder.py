@@ -60,7 +60,7 @@ class CharCNN(nn.Module):
             if n_positions >= width:
                 windows = char_embeddings.unfold(1, width, 1)  # (n_tokens, n_windows, char_dim, width)
                 values = torch.addmm(conv.bias, windows.reshape(-1, char_dim * width), weight)
-                best = values.view(n_tokens, -1, conv.out_channels).max(dim=1).values
+                best = values.view(n_tokens, -1, conv.out_channels).amax(dim=1)
             else:
                 best = torch.full((n_tokens, conv.out_channels), float("-inf"), device=weight.device, dtype=weight.dtype)
             padding_window = padding_embedding.unsqueeze(1).expand(char_dim, width).reshape(1, -1)
