@@ -14,15 +14,20 @@ import torch
 
 from .bilm import BiLM, BiLMOutput, BiLMState
 from .chars import token_to_char_ids
+from .precision import check_precision, precision_context, runtime_bilm
 
 
 class Embedder:
     """Runs a `BiLM` for inference over tokenized sentences."""
 
-    def __init__(self, bilm: BiLM, cache_size: int = 20_000) -> None:
+    def __init__(self, bilm: BiLM, cache_size: int = 20_000, precision: str = "fp32") -> None:
+        """precision: "fp32" (exact), "bf16" or "int8" (approximate, see `precision`)."""
         if cache_size < 0:
             raise ValueError(f"cache_size must not be negative, got {cache_size}")
-        self.bilm = bilm
+        self.device = bilm.bos_ids.device
+        check_precision(precision, self.device)
+        self.precision = precision
+        self.bilm = runtime_bilm(bilm, precision)
         self.cache_size = cache_size
         self._slots: "OrderedDict[str, int]" = OrderedDict()  # string -> row of _table, oldest first
         self._table: Optional[torch.Tensor] = None  # (cache_size, P)
@@ -40,7 +45,7 @@ class Embedder:
 
     def __call__(self, sentences: Sequence[Sequence[str]], state: Optional[BiLMState] = None) -> BiLMOutput:
         """sentences: each a non-empty list of tokens. Returns layers (L+1, batch, max_len, 2P)."""
-        with self._lock, torch.no_grad():
+        with self._lock, torch.no_grad(), precision_context(self.precision, self.device):
             types: Dict[str, int] = {}
             index = numpy.zeros((len(sentences), max((len(s) for s in sentences), default=0)), dtype=numpy.int64)
             for row, sentence in enumerate(sentences):
@@ -51,7 +56,8 @@ class Embedder:
             if self._boundaries is None:
                 self._boundaries = self.bilm.boundary_vectors()
             lengths = [len(s) for s in sentences]
-            return self.bilm.contextualize(tokens, lengths, state, boundaries=self._boundaries)
+            output = self.bilm.contextualize(tokens, lengths, state, boundaries=self._boundaries)
+            return output._replace(layers=output.layers.float())
 
     def encode_types(self, strings: List[str]) -> torch.Tensor:
         """(len(strings), P) token encodings of distinct strings, from the cache where possible."""

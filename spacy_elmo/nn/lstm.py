@@ -68,7 +68,7 @@ class ProjectedLSTM(nn.Module):
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
         # (time, batch, 4 * cell_dim): each step reads one contiguous block.
-        input_gates = torch.nn.functional.linear(inputs.transpose(0, 1), self.input_weight, self.bias)
+        input_gates = self._input_gates(inputs.transpose(0, 1))
         if self.forget_bias:
             input_gates[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
         outputs = inputs.new_zeros(time, batch, self.output_dim)
@@ -86,16 +86,29 @@ class ProjectedLSTM(nn.Module):
                 h, c = h_t, c_t
         return outputs.transpose(0, 1), (h, c)
 
+    def _input_gates(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(..., input_dim) -> (..., 4H): the input's share of the gates, with the bias."""
+        return torch.nn.functional.linear(inputs, self.input_weight, self.bias)
+
+    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """(n, 4H) + (n, output_dim) @ W_h^T -> (n, 4H)"""
+        return torch.addmm(input_gates, h, self.recurrent_weight.t())
+
+    def _project(self, h: torch.Tensor) -> torch.Tensor:
+        """(n, H) -> (n, P)"""
+        assert self.projection is not None
+        return h @ self.projection.t()
+
     def _step(self, input_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> LSTMState:
         """One time step for n running rows: (n, 4H), (n, P), (n, H) -> new (h, c)."""
-        gates = torch.addmm(input_gates, h, self.recurrent_weight.t())
+        gates = self._add_recurrent_gates(input_gates, h)
         i, f, g, o = gates.chunk(4, dim=1)
         c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), torch.tanh(g))
         if self.cell_clip is not None:
             c = c.clamp(-self.cell_clip, self.cell_clip)
         h = torch.sigmoid(o) * torch.tanh(c)
         if self.projection is not None:
-            h = h @ self.projection.t()
+            h = self._project(h)
             if self.proj_clip is not None:
                 h = h.clamp(-self.proj_clip, self.proj_clip)
         return h, c

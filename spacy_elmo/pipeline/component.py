@@ -34,6 +34,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "device": "cpu",
     "num_threads": 0,
     "token_cache_size": 20000,
+    "precision": "fp32",
 }
 
 
@@ -54,6 +55,7 @@ def make_elmo(
     device: str,
     num_threads: int,
     token_cache_size: int,
+    precision: str,
 ) -> "ElmoComponent":
     """The `elmo` factory; the settings are described in the README."""
     settings = ElmoSettings(
@@ -68,6 +70,7 @@ def make_elmo(
         device=device,
         num_threads=num_threads,
         token_cache_size=token_cache_size,
+        precision=precision,
     )
     return ElmoComponent(nlp.vocab, name, weights=weights, options=options, settings=settings)
 
@@ -134,7 +137,7 @@ class ElmoComponent(Pipe):
     def _set_bilm(self, bilm: BiLM) -> None:
         self._mix = LayerMix.from_setting(self.settings.mix, bilm.n_output_layers)
         self._bilm = bilm.to(self.device).eval()
-        self._embedder = Embedder(self._bilm, self.settings.token_cache_size)
+        self._embedder = Embedder(self._bilm, self.settings.token_cache_size, self.settings.precision)
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
         """Load the weights now rather than on the first doc."""

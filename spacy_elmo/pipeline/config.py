@@ -5,6 +5,8 @@ from typing import Any, Dict, Union
 import numpy
 import torch
 
+from ..nn.precision import check_precision
+
 MixSetting = Union[str, int, Dict[str, Any]]
 
 
@@ -69,6 +71,7 @@ class ElmoSettings:
     device: str = "cpu"
     num_threads: int = 0
     token_cache_size: int = 20000
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         LayerMix.check_syntax(self.mix)
@@ -94,3 +97,4 @@ class ElmoSettings:
             raise ValueError(f"device {self.device!r} asked for, but torch sees no CUDA device here")
         if device.type not in ("cpu", "cuda", "mps", "xpu"):
             raise ValueError(f"device {self.device!r} cannot run the biLM: use 'cpu' or a GPU device")
+        check_precision(self.precision, device)

@@ -1,0 +1,90 @@
+"""Opt-in approximate inference: bfloat16 matrix products, or int8 dynamic quantization.
+
+Exact fp32 is the default. `bf16` runs matrix products and convolutions in bfloat16
+under autocast (on CPUs with AMX/AVX512-BF16 and on GPUs); the LSTM state and the clipping
+stay in float32. `int8` (CPU only) quantizes every LSTM, highway and projection weight
+per output channel and the activations dynamically per call; the char-CNN stays fp32.
+"""
+import contextlib
+import copy
+import warnings
+from typing import ContextManager
+
+import torch
+from torch import nn
+
+from .bilm import BiLM
+from .lstm import ProjectedLSTM
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "int8" and device.type != "cpu":
+        raise ValueError("precision 'int8' runs on the CPU only; use 'bf16' on a GPU")
+
+
+def precision_context(precision: str, device: torch.device) -> ContextManager:
+    """What to run the biLM under: autocast for bf16, nothing otherwise."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def runtime_bilm(bilm: BiLM, precision: str) -> BiLM:
+    """The module to run: `bilm` itself, or an int8-quantized copy of it (inference only)."""
+    if precision != "int8":
+        return bilm
+    quantized = copy.deepcopy(bilm).eval()
+    for stack in (quantized.forward_stack, quantized.backward_stack):
+        for index, layer in enumerate(stack.layers):
+            stack.layers[index] = Int8ProjectedLSTM(layer)
+    encoder = quantized.token_encoder
+    encoder.highways = _quantize_linears(encoder.highways)
+    if encoder.projection is not None:
+        encoder.projection = _int8_linear(encoder.projection.weight, encoder.projection.bias)
+    return quantized
+
+
+def _int8_linear(weight: torch.Tensor, bias: "torch.Tensor | None") -> nn.Module:
+    """A dynamically quantized `x @ weight.T + bias`."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if bias is not None:
+            linear.bias.copy_(bias)
+    return _quantize_linears(nn.Sequential(linear))[0]
+
+
+def _quantize_linears(module: nn.Module) -> nn.Module:
+    """Every nn.Linear in `module` as int8 weights per output channel, dynamic int8 activations."""
+    spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
+    with warnings.catch_warnings():
+        # torch.ao's dynamic quantization is deprecated upstream but present in every
+        # torch this package accepts (<= 2.14.1).
+        warnings.filterwarnings("ignore", message=".*(quantize_per|torch.ao.quantization).*deprecated")
+        return torch.ao.quantization.quantize_dynamic(module, spec, dtype=torch.qint8)
+
+
+class Int8ProjectedLSTM(ProjectedLSTM):
+    """A `ProjectedLSTM` whose three matrix products run in int8; gates, clipping and state in fp32."""
+
+    def __init__(self, layer: ProjectedLSTM) -> None:
+        projection_dim = layer.output_dim if layer.projection is not None else None
+        super().__init__(layer.input_dim, layer.cell_dim, projection_dim, layer.cell_clip, layer.proj_clip, layer.forget_bias)
+        self.load_state_dict(layer.state_dict())
+        self.int8_input = _int8_linear(layer.input_weight, layer.bias)
+        self.int8_recurrent = _int8_linear(layer.recurrent_weight, None)
+        self.int8_projection = _int8_linear(layer.projection, None) if layer.projection is not None else None
+
+    def _input_gates(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.int8_input(inputs.contiguous())
+
+    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return input_gates + self.int8_recurrent(h.contiguous())
+
+    def _project(self, h: torch.Tensor) -> torch.Tensor:
+        assert self.int8_projection is not None
+        return self.int8_projection(h)

@@ -1,0 +1,58 @@
+"""Opt-in bf16 and int8 inference: close to fp32, never confused with it."""
+import json
+
+import pytest
+import spacy
+import torch
+
+from spacy_elmo.io import load_model, load_public_model
+from spacy_elmo.nn.embedder import Embedder
+from spacy_elmo.nn.precision import check_precision, runtime_bilm
+
+
+def golden_sentences(directory):
+    groups = json.loads((directory / "sentences.json").read_text())
+    return [sentence.split() for group in groups for sentence in group]
+
+
+@pytest.mark.parametrize("precision,min_cosine", [("bf16", 0.995), ("int8", 0.98)])
+def test_approximate_modes_stay_close_to_fp32(allennlp_fixture, precision, min_cosine):
+    bilm = load_public_model(allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5")
+    sentences = golden_sentences(allennlp_fixture)
+    exact = Embedder(bilm)(sentences)
+    approximate = Embedder(bilm, precision=precision)(sentences)
+    assert approximate.layers.dtype == torch.float32
+    rows = exact.mask
+    a, b = exact.layers[:, rows], approximate.layers[:, rows]
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=-1)
+    assert cosine.mean() > min_cosine
+    assert (a - b).abs().max() > 1e-4  # really a different computation
+
+
+def test_int8_leaves_the_original_model_untouched(allennlp_fixture):
+    bilm = load_public_model(allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5")
+    before = {name: value.clone() for name, value in bilm.state_dict().items()}
+    quantized = runtime_bilm(bilm, "int8")
+    assert quantized is not bilm
+    for name, value in bilm.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert runtime_bilm(bilm, "bf16") is bilm
+
+
+def test_bad_precision_settings():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        check_precision("fp8", torch.device("cpu"))
+    with pytest.raises(ValueError, match="CPU only"):
+        check_precision("int8", torch.device("cuda:0"))
+
+
+def test_component_in_bf16_saves_exact_weights(tiny_model_dir, tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "precision": "bf16"})
+    doc = nlp("the bank of the river")
+    assert doc._.elmo.layers.dtype == "float32"
+    nlp.to_disk(tmp_path / "pipeline")
+    saved, original = load_model(tmp_path / "pipeline" / "elmo"), load_model(tiny_model_dir)
+    for (name, a), (_, b) in zip(saved.state_dict().items(), original.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").settings.precision == "bf16"
