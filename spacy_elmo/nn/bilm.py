@@ -86,6 +86,11 @@ class BiLM(nn.Module):
         width = config.max_characters_per_token
         self.register_buffer("bos_ids", torch.from_numpy(begin_of_sentence_ids(width)), persistent=False)
         self.register_buffer("eos_ids", torch.from_numpy(end_of_sentence_ids(width)), persistent=False)
+        if config.warm_state:
+            # [direction, layer] initial h and c shared by every row; see nn.warm_state.
+            output_dim = self.forward_stack.layers[0].output_dim
+            self.register_buffer("warm_h", torch.zeros(2, config.n_layers, output_dim))
+            self.register_buffer("warm_c", torch.zeros(2, config.n_layers, config.lstm_dim))
 
     @property
     def n_output_layers(self) -> int:
@@ -122,7 +127,8 @@ class BiLM(nn.Module):
         """Run both LSTM stacks over token encodings.
 
         tokens: (batch, time, P) from the token encoder, rows right-padded;
-        lengths: (batch,); state: initial LSTM state per row (zeros when None);
+        lengths: (batch,); state: initial LSTM state per row (when None: the model's warm
+        state if it has one, else zeros);
         boundaries: (2, P) encodings of <S> and </S> if already at hand.
         """
         lengths = self._check_lengths(lengths, tokens.shape[0], tokens.shape[1], tokens.device)
@@ -131,6 +137,8 @@ class BiLM(nn.Module):
             return self._empty_output(batch, time, tokens, state)
         if boundaries is None:
             boundaries = self.boundary_vectors()
+        if state is None and self.config.warm_state:
+            state = self.warm_state_rows(batch)
         order = torch.argsort(lengths, descending=True, stable=True)
         restore = torch.argsort(order)
         sorted_lengths = lengths[order]
@@ -159,6 +167,13 @@ class BiLM(nn.Module):
         layers = layers * mask.unsqueeze(0).unsqueeze(-1)
         final = [[(h[restore], c[restore]) for h, c in finals] for finals in (forward_final, backward_final)]
         return BiLMOutput(layers[:, restore], mask[restore], final)
+
+    def warm_state_rows(self, batch: int) -> BiLMState:
+        """The stored warm state repeated for `batch` rows."""
+        return [
+            [(self.warm_h[d, l].expand(batch, -1), self.warm_c[d, l].expand(batch, -1)) for l in range(self.config.n_layers)]
+            for d in range(2)
+        ]
 
     @staticmethod
     def _check_lengths(lengths: Union[torch.Tensor, Sequence[int]], batch: int, time: int, device) -> torch.Tensor:

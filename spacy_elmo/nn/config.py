@@ -25,6 +25,8 @@ class BiLMConfig:
     cell_clip: Optional[float] = 3.0
     proj_clip: Optional[float] = 3.0
     use_skip_connections: bool = True
+    warm_state: bool = False
+    """True when the model carries a fixed initial LSTM state (see `nn.warm_state`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
