@@ -4,7 +4,7 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(name="spacy_elmo", help="ELMo contextual word vectors for spaCy.", no_args_is_help=True)
+from .app import app
 
 GOLDEN_DEMO_MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "elmo-golden" / "allennlp"
 

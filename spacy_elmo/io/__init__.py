@@ -1,11 +1,12 @@
 """Weight formats: the public ELMo hdf5 + options json, and the project's model directory."""
 from .errors import ModelFileError
-from .model_dir import is_model_dir, load_model, model_from_bytes, model_to_bytes, save_model
+from .model_dir import find_model_dir, is_model_dir, load_model, model_from_bytes, model_to_bytes, save_model
 from .options import read_options, write_options
 from .public_hdf5 import load_public_model, load_public_weights, save_public_model, save_public_weights
 
 __all__ = [
     "ModelFileError",
+    "find_model_dir",
     "is_model_dir",
     "load_model",
     "load_public_model",

@@ -27,6 +27,21 @@ def is_model_dir(path: Union[str, Path]) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
+def find_model_dir(path: Union[str, Path]) -> Path:
+    """`path` itself if it is a model directory, or the one model directory inside a
+    saved spaCy pipeline (the `elmo` component's folder)."""
+    path = Path(path)
+    if is_model_dir(path):
+        return path
+    if (path / "config.cfg").is_file():
+        found = [child for child in sorted(path.iterdir()) if is_model_dir(child)]
+        if len(found) == 1:
+            return found[0]
+        problem = "holds no elmo component" if not found else f"holds several elmo components {[f.name for f in found]}"
+        raise ModelFileError(path, f"this spaCy pipeline {problem}")
+    raise ModelFileError(path, "neither a spacy-elmo model directory nor a spaCy pipeline with an elmo component")
+
+
 def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
     """Write `bilm` to the directory `path` (created if needed)."""
     path = Path(path)

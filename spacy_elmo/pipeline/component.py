@@ -10,7 +10,7 @@ from spacy.tokens import Doc
 from spacy.util import minibatch
 from spacy.vocab import Vocab
 
-from ..io import ModelFileError, is_model_dir, load_model, load_public_model, model_from_bytes, model_to_bytes, save_model
+from ..io import ModelFileError, find_model_dir, load_model, load_public_model, model_from_bytes, model_to_bytes, save_model
 from ..nn.bilm import BiLM
 from ..nn.embedder import Embedder
 from .config import ElmoSettings, LayerMix, MixSetting
@@ -76,17 +76,18 @@ def make_elmo(
 
 
 def load_bilm(weights: Union[str, Path], options: Optional[Union[str, Path]] = None) -> BiLM:
-    """A model directory, or a public hdf5 file with its options.json."""
+    """A model directory, a saved pipeline with an elmo component, or a public hdf5 file
+    with its options.json."""
     if not weights:
         raise ValueError(
             "the elmo component has no 'weights': give a spacy-elmo model directory, "
             "or a public ELMo .hdf5 file together with 'options' (its options.json)"
         )
     path = Path(weights)
-    if path.is_dir() or is_model_dir(path):
+    if path.is_dir():
         if options:
             raise ValueError(f"'options' is only used with a public .hdf5 file, but 'weights' ({path}) is a directory")
-        return load_model(path)
+        return load_model(find_model_dir(path))
     if not path.exists():
         raise ModelFileError(path, "weights not found (expected a model directory or a public .hdf5 file)")
     if not options:
@@ -124,7 +125,7 @@ class ElmoComponent(Pipe):
     @property
     def bilm(self) -> BiLM:
         if self._bilm is None:
-            self._set_bilm(load_bilm(self.weights, self.options))
+            self.set_bilm(load_bilm(self.weights, self.options))
         assert self._bilm is not None
         return self._bilm
 
@@ -134,7 +135,8 @@ class ElmoComponent(Pipe):
             self._mix = LayerMix.from_setting(self.settings.mix, self.bilm.n_output_layers)
         return self._mix
 
-    def _set_bilm(self, bilm: BiLM) -> None:
+    def set_bilm(self, bilm: BiLM) -> None:
+        """Use `bilm` from now on (it is what `to_disk` then saves)."""
         self._mix = LayerMix.from_setting(self.settings.mix, bilm.n_output_layers)
         self._bilm = bilm.to(self.device).eval()
         self._embedder = Embedder(self._bilm, self.settings.token_cache_size, self.settings.precision)
@@ -205,12 +207,12 @@ class ElmoComponent(Pipe):
         save_model(self.bilm, path)
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "ElmoComponent":
-        self._set_bilm(load_model(path))
+        self.set_bilm(load_model(path))
         return self
 
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:
         return model_to_bytes(self.bilm)
 
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "ElmoComponent":
-        self._set_bilm(model_from_bytes(bytes_data, source=f"pipeline component {self.name!r}"))
+        self.set_bilm(model_from_bytes(bytes_data, source=f"pipeline component {self.name!r}"))
         return self

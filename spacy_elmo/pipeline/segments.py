@@ -1,7 +1,9 @@
 """Cutting docs into biLM inputs and grouping them into length-sorted, token-budget batches."""
-from typing import Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Callable, Iterator, List, NamedTuple, Sequence, Tuple, TypeVar
 
 from spacy.tokens import Doc
+
+T = TypeVar("T")
 
 
 class Segment(NamedTuple):
@@ -49,18 +51,19 @@ def doc_segments(doc: Doc, doc_index: int, use_sentences: bool, window_size: int
     return segments
 
 
-def token_budget_batches(segments: Sequence[Segment], batch_tokens: int) -> Iterator[List[Segment]]:
+def token_budget_batches(
+    items: Sequence[T], batch_tokens: int, length: Callable[[T], int] = lambda s: len(s.token_indices)
+) -> Iterator[List[T]]:
     """Length-sorted batches whose padded size (rows * longest) stays within `batch_tokens`.
 
-    A single segment longer than the budget forms a batch of its own.
+    A single item longer than the budget forms a batch of its own.
     """
-    ordered = sorted(segments, key=lambda s: len(s.token_indices), reverse=True)
-    batch: List[Segment] = []
-    for segment in ordered:
-        longest = len(batch[0].token_indices) if batch else len(segment.token_indices)
-        if batch and (len(batch) + 1) * longest > batch_tokens:
+    ordered = sorted(items, key=length, reverse=True)
+    batch: List[T] = []
+    for item in ordered:
+        if batch and (len(batch) + 1) * length(batch[0]) > batch_tokens:
             yield batch
             batch = []
-        batch.append(segment)
+        batch.append(item)
     if batch:
         yield batch

@@ -1,0 +1,148 @@
+"""convert / export / dump / warm: interop with the public format and `allennlp elmo`."""
+import json
+import re
+import subprocess
+import sys
+
+import h5py
+import numpy
+import pytest
+import spacy
+import torch
+from typer.testing import CliRunner
+
+from elmo_testing import random_bilm
+from spacy_elmo.cli import app
+from spacy_elmo.io import load_public_model, save_model
+from spacy_elmo.nn import batch_to_char_ids
+
+runner = CliRunner()
+
+
+def plain(output: str) -> str:
+    """CLI output without rich's box drawing and line wrapping."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())
+
+
+def invoke(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result
+
+
+def test_convert_then_load_reproduces_the_golden_outputs(tmp_path, allennlp_fixture):
+    invoke("convert", allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5", tmp_path / "pipe")
+    nlp = spacy.load(tmp_path / "pipe")
+    assert nlp.pipe_names == ["sentencizer", "elmo"]
+    assert nlp.meta["name"] == "elmo"
+    groups = json.loads((allennlp_fixture / "sentences.json").read_text())
+    with h5py.File(allennlp_fixture / "lm_embeddings_0.hdf5", "r") as handle:
+        recorded = numpy.concatenate(handle["0"][...], axis=1)  # batch 0: started from zero state
+    tokens = groups[0][0].split()
+    doc = nlp.get_pipe("elmo")(spacy.tokens.Doc(nlp.vocab, words=tokens))
+    numpy.testing.assert_allclose(doc._.elmo.layers[2], recorded[: len(tokens)], atol=1.5e-6)
+
+
+def test_converted_pipeline_packages(tmp_path, allennlp_fixture):
+    invoke("convert", allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5", tmp_path / "pipe")
+    (tmp_path / "packages").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "package", str(tmp_path / "pipe"), str(tmp_path / "packages"), "--build", "none", "--force"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    package = tmp_path / "packages" / "en_elmo-0.0.0"
+    assert (package / "setup.py").is_file()
+    assert (package / "en_elmo" / "en_elmo-0.0.0" / "elmo" / "weights.npz").is_file()
+
+
+def test_export_then_import_gives_identical_weights(tmp_path, allennlp_fixture):
+    invoke("convert", allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5", tmp_path / "pipe")
+    invoke("export", tmp_path / "pipe", tmp_path / "public")
+    original = load_public_model(allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5")
+    again = load_public_model(tmp_path / "public" / "options.json", tmp_path / "public" / "weights.hdf5")
+    for (name, a), (_, b) in zip(original.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    with h5py.File(allennlp_fixture / "lm_weights.hdf5", "r") as source, h5py.File(tmp_path / "public" / "weights.hdf5", "r") as copy:
+        names = []
+        source.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+        for name in names:
+            numpy.testing.assert_array_equal(source[name][...], copy[name][...], err_msg=name)
+
+
+@pytest.fixture
+def sentences_file(tmp_path):
+    lines = ["The bank of the river .", "Cash !", "I sat by the bank of the river and watched the water flow ."]
+    path = tmp_path / "sentences.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path, lines
+
+
+def reference_layers(bilm, tokens):
+    with torch.no_grad():
+        return bilm(torch.from_numpy(batch_to_char_ids([tokens])), [len(tokens)]).layers[:, 0].numpy()
+
+
+@pytest.mark.parametrize("flag", ["--all", "--top", "--average"])
+def test_dump_writes_the_allennlp_layout(tmp_path, sentences_file, flag):
+    path, lines = sentences_file
+    bilm = random_bilm()
+    save_model(bilm, tmp_path / "model")
+    invoke("dump", tmp_path / "model", path, tmp_path / "out.hdf5", flag, "--batch-tokens", "16")
+    with h5py.File(tmp_path / "out.hdf5", "r") as out:
+        assert sorted(out.keys()) == ["0", "1", "2", "sentence_to_index"]
+        mapping = json.loads(out["sentence_to_index"][0])
+        assert mapping == {line: str(i) for i, line in enumerate(lines)}
+        for i, line in enumerate(lines):
+            expected = reference_layers(bilm, line.split())
+            expected = {"--all": expected, "--top": expected[-1], "--average": expected.mean(axis=0)}[flag]
+            assert out[str(i)].shape == expected.shape
+            assert out[str(i)].dtype == numpy.float32
+            numpy.testing.assert_allclose(out[str(i)][...], expected, atol=1e-5)
+
+
+def test_dump_with_sentence_keys(tmp_path, sentences_file):
+    path, lines = sentences_file
+    save_model(random_bilm(), tmp_path / "model")
+    invoke("dump", tmp_path / "model", path, tmp_path / "out.hdf5", "--top", "--use-sentence-keys")
+    with h5py.File(tmp_path / "out.hdf5", "r") as out:
+        assert sorted(out.keys()) == sorted(lines)
+        assert out[lines[1]].shape == (2, 12)
+
+
+@pytest.mark.parametrize(
+    "content,extra,message",
+    [
+        ("a b\n\nc\n", [], "line 2 is empty"),
+        ("", [], "is empty"),
+        ("and/or\n", ["--use-sentence-keys"], "HDF5 key"),
+        ("same\nsame\n", ["--use-sentence-keys"], "repeats an earlier sentence"),
+    ],
+)
+def test_dump_rejects_bad_input_before_writing(tmp_path, content, extra, message):
+    save_model(random_bilm(), tmp_path / "model")
+    (tmp_path / "in.txt").write_text(content)
+    result = runner.invoke(app, ["dump", str(tmp_path / "model"), str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "--top", *extra])
+    assert result.exit_code != 0
+    assert message in plain(result.output)
+    assert not (tmp_path / "out.hdf5").exists()
+
+
+def test_dump_needs_exactly_one_layer_flag(tmp_path, sentences_file):
+    path, _ = sentences_file
+    save_model(random_bilm(), tmp_path / "model")
+    result = runner.invoke(app, ["dump", str(tmp_path / "model"), str(path), str(tmp_path / "o.hdf5"), "--top", "--all"])
+    assert result.exit_code != 0 and "exactly one of --all, --top, --average" in plain(result.output)
+
+
+def test_warm_command_on_a_pipeline(tmp_path, allennlp_fixture, sentences_file):
+    path, _ = sentences_file
+    invoke("convert", allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5", tmp_path / "pipe")
+    invoke("warm", tmp_path / "pipe", path, tmp_path / "warm-pipe", "--rows", "2")
+    cold, warm = spacy.load(tmp_path / "pipe"), spacy.load(tmp_path / "warm-pipe")
+    assert warm.get_pipe("elmo").bilm.config.warm_state
+    a, b = cold("The bank ."), warm("The bank .")
+    numpy.testing.assert_allclose(a._.elmo.layers[0], b._.elmo.layers[0], atol=1e-6)
+    assert numpy.abs(a._.elmo.layers[2] - b._.elmo.layers[2]).max() > 1e-3
+    result = invoke("export", tmp_path / "warm-pipe", tmp_path / "public")
+    assert "warm state was not exported" in result.output
