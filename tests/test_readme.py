@@ -1,0 +1,32 @@
+"""The README's Python examples run as written, with the test model's files put in."""
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_readme_examples_run(allennlp_fixture):
+    blocks = python_blocks()
+    assert len(blocks) >= 2
+    replacements = {
+        '"elmo_weights.hdf5"': repr(str(allennlp_fixture / "lm_weights.hdf5")),
+        '"elmo_options.json"': repr(str(allennlp_fixture / "options.json")),
+        '"weights.hdf5"': repr(str(allennlp_fixture / "lm_weights.hdf5")),
+        '"options.json"': repr(str(allennlp_fixture / "options.json")),
+    }
+    namespaces = []
+    for block in blocks:
+        for placeholder, path in replacements.items():
+            block = block.replace(placeholder, path)
+        namespaces.append({})
+        exec(compile(block, str(README), "exec"), namespaces[-1])
+    component_example = next(ns for ns in namespaces if "doc" in ns)
+    doc, other = component_example["doc"], component_example["other"]
+    assert doc._.elmo.layers.shape == (3, len(doc), 32)
+    assert doc[4].similarity(other[1]) < 0.999
+    torch_example = next(ns for ns in namespaces if "out" in ns)
+    assert tuple(torch_example["out"].layers.shape) == (3, 2, 4, 32)
