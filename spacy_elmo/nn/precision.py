@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .bilm import BiLM
-from .lstm import ProjectedLSTM
+from .lstm import GateWeights, ProjectedLSTM
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -75,14 +75,15 @@ class Int8ProjectedLSTM(ProjectedLSTM):
         projection_dim = layer.output_dim if layer.projection is not None else None
         super().__init__(layer.input_dim, layer.cell_dim, projection_dim, layer.cell_clip, layer.proj_clip, layer.forget_bias)
         self.load_state_dict(layer.state_dict())
-        self.int8_input = _int8_linear(layer.input_weight, layer.bias)
-        self.int8_recurrent = _int8_linear(layer.recurrent_weight, None)
+        input_weight, recurrent_weight_t, bias = layer._gate_weights()
+        self.int8_input = _int8_linear(input_weight, bias)
+        self.int8_recurrent = _int8_linear(recurrent_weight_t.t(), None)
         self.int8_projection = _int8_linear(layer.projection, None) if layer.projection is not None else None
 
-    def _input_gates(self, inputs: torch.Tensor) -> torch.Tensor:
+    def _input_gates(self, inputs: torch.Tensor, weights: GateWeights) -> torch.Tensor:
         return self.int8_input(inputs.contiguous())
 
-    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor, weights: GateWeights) -> torch.Tensor:
         return input_gates + self.int8_recurrent(h.contiguous())
 
     def _project(self, h: torch.Tensor) -> torch.Tensor:
