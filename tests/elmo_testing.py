@@ -17,7 +17,7 @@ def golden_dir(name: str) -> Path:
     return path
 
 
-TINY_CONFIG = BiLMConfig(
+TINY_SETTINGS = dict(
     filters=((1, 4), (2, 8), (3, 16)),
     char_embedding_dim=4,
     n_highway=1,
@@ -25,6 +25,8 @@ TINY_CONFIG = BiLMConfig(
     projection_dim=6,
     n_layers=2,
 )
+"""A biLM small enough for fast tests (P = 6, so layers are 12 wide)."""
+TINY_CONFIG = BiLMConfig(**TINY_SETTINGS)
 
 
 def random_bilm(config: BiLMConfig = TINY_CONFIG, seed: int = 0) -> BiLM:

@@ -3,21 +3,12 @@ skip connections, helpers and the stateful wrapper."""
 import pytest
 import torch
 
+from elmo_testing import TINY_SETTINGS
 from spacy_elmo.nn.bilm import BiLM, StatefulBiLM, reverse_within_length, running_rows
 from spacy_elmo.nn.chars import batch_to_char_ids
 from spacy_elmo.nn.config import BiLMConfig
 
-TINY = dict(
-    filters=((1, 4), (2, 8), (3, 16)),
-    char_embedding_dim=4,
-    n_highway=1,
-    lstm_dim=12,
-    projection_dim=6,
-    n_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    use_skip_connections=True,
-)
+TINY = dict(TINY_SETTINGS, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True)
 P = 6
 
 SENTENCES = [

@@ -4,16 +4,10 @@ import json
 
 import pytest
 
+from elmo_testing import TINY_SETTINGS
 from spacy_elmo.nn.config import BiLMConfig
 
-TINY = dict(
-    filters=((1, 4), (2, 8), (3, 16)),
-    char_embedding_dim=4,
-    n_highway=1,
-    lstm_dim=12,
-    projection_dim=6,
-    n_layers=2,
-)
+TINY = TINY_SETTINGS
 
 
 def tiny(**overrides):

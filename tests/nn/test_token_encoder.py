@@ -4,18 +4,12 @@ import math
 import pytest
 import torch
 
+from elmo_testing import TINY_SETTINGS
 from spacy_elmo.nn.chars import batch_to_char_ids
 from spacy_elmo.nn.config import BiLMConfig
 from spacy_elmo.nn.token_encoder import Highway, TokenEncoder
 
-TINY = dict(
-    filters=((1, 4), (2, 8), (3, 16)),
-    char_embedding_dim=4,
-    n_highway=1,
-    lstm_dim=12,
-    projection_dim=6,
-    n_layers=2,
-)
+TINY = TINY_SETTINGS
 
 WORDS = ["a", "bank", "river", "\U0001F600", "x" * 60, "日本", "I", "sat"]
 
