@@ -52,8 +52,10 @@ class ProjectedLSTM(nn.Module):
             self.bias.zero_()
 
     def zero_state(self, batch_size: int, like: torch.Tensor) -> LSTMState:
-        h = like.new_zeros(batch_size, self.output_dim)
-        c = like.new_zeros(batch_size, self.cell_dim)
+        """Zeros on `like`'s device, in float32 at least (the state of a bf16 model stays fp32)."""
+        dtype = torch.promote_types(like.dtype, torch.float32)
+        h = like.new_zeros(batch_size, self.output_dim, dtype=dtype)
+        c = like.new_zeros(batch_size, self.cell_dim, dtype=dtype)
         return h, c
 
     def forward(
@@ -71,7 +73,7 @@ class ProjectedLSTM(nn.Module):
         h, c = state if state is not None else self.zero_state(batch, inputs)
         weights = self._gate_weights()
         # (time, batch, 4 * cell_dim): each step reads one contiguous block.
-        input_gates = self._input_gates(inputs.transpose(0, 1), weights)
+        input_gates = self._input_gates(inputs.transpose(0, 1).contiguous(), weights)
         if self.forget_bias:
             input_gates[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
         outputs = inputs.new_zeros(time, batch, self.output_dim)

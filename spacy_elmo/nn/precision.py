@@ -34,9 +34,12 @@ def precision_context(precision: str, device: torch.device) -> ContextManager:
 
 
 def runtime_bilm(bilm: BiLM, precision: str) -> BiLM:
-    """The module to run: `bilm` itself, or an int8-quantized copy of it (inference only)."""
-    if precision != "int8":
+    """The module to run: `bilm` itself, a bfloat16 copy (so that autocast has no weight to
+    cast at every step), or an int8-quantized copy (inference only)."""
+    if precision == "fp32":
         return bilm
+    if precision == "bf16":
+        return copy.deepcopy(bilm).to(torch.bfloat16).eval()
     quantized = copy.deepcopy(bilm).eval()
     for stack in (quantized.forward_stack, quantized.backward_stack):
         for index, layer in enumerate(stack.layers):
