@@ -29,14 +29,16 @@ def test_approximate_modes_stay_close_to_fp32(allennlp_fixture, precision, min_c
     assert (a - b).abs().max() > 1e-4  # really a different computation
 
 
-def test_int8_leaves_the_original_model_untouched(allennlp_fixture):
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_approximate_copies_leave_the_original_model_untouched(allennlp_fixture, precision):
     bilm = load_public_model(allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5")
     before = {name: value.clone() for name, value in bilm.state_dict().items()}
-    quantized = runtime_bilm(bilm, "int8")
-    assert quantized is not bilm
+    runtime = runtime_bilm(bilm, precision)
+    assert runtime is not bilm
     for name, value in bilm.state_dict().items():
         assert torch.equal(value, before[name]), name
-    assert runtime_bilm(bilm, "bf16") is bilm
+        assert value.dtype == torch.float32 or not value.is_floating_point()
+    assert runtime_bilm(bilm, "fp32") is bilm
 
 
 def test_bad_precision_settings():
