@@ -104,6 +104,16 @@ def run_one(config_name: str, mode: str, batch_size: int, n_sentences: int, thre
     }
 
 
+def matmul_rate(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """GFLOP/s of a square matrix product: the machine's ceiling for the LSTMs."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
 def deviation(exact: List, approximate: List) -> str:
     """Max abs difference and mean cosine over non-zero token vectors of the sampled batches."""
     a = numpy.concatenate([numpy.asarray(x).reshape(-1, numpy.asarray(x).shape[-1]) for x in exact])
@@ -127,7 +137,9 @@ def main() -> None:
         config_name, mode, batch = args.one
         print(json.dumps(run_one(config_name, mode, int(batch), args.sentences, args.threads)))
         return
+    torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.sentences} sentences of UD English EWT")
+    print(f"matrix product 2048x2048: fp32 {matmul_rate(torch.float32):.0f} GFLOP/s, bf16 {matmul_rate(torch.bfloat16):.0f} GFLOP/s")
     for config_name in args.configs:
         flops = lstm_flops_per_token(CONFIGS[config_name])
         print(f"\n{config_name}: LSTMs {flops / 1e6:.1f} MFLOP per token")
