@@ -1,4 +1,5 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -11,9 +12,10 @@ from tqdm import tqdm
 
 from ..nn.embedder import Embedder
 from ..pipeline.component import load_bilm
+from ..pipeline.config import ElmoSettings
 from ..pipeline.segments import token_budget_batches
 from ..pipeline.threads import apply_num_threads
-from .app import app
+from .app import app, clean_errors
 
 LINES_PER_CHUNK = 4096
 
@@ -28,6 +30,9 @@ def dump(
     average: bool = typer.Option(False, "--average", help="The mean of all layers: (n_tokens, 2P)"),
     options: Optional[Path] = typer.Option(None, help="options.json when MODEL is a public .hdf5 file"),
     use_sentence_keys: bool = typer.Option(False, help="Key datasets by sentence text instead of line index"),
+    forget_sentences: bool = typer.Option(
+        False, help="Do not write sentence_to_index (it holds the whole input's text in memory)"
+    ),
     batch_tokens: int = typer.Option(4096, help="Token budget per biLM batch"),
     cache_size: int = typer.Option(50_000, help="Token encodings kept in the LRU cache"),
     precision: str = typer.Option("fp32", help="fp32 (exact), bf16 or int8"),
@@ -35,12 +40,17 @@ def dump(
     threads: int = typer.Option(0, help="torch threads (0: torch's default)"),
 ) -> None:
     """Embed a file as `allennlp elmo` does: a dataset per line (key "0", "1", ...) and a
-    `sentence_to_index` JSON string dataset. Output is written as it is computed."""
+    `sentence_to_index` JSON string dataset. Embeddings are written as they are computed."""
     if sum((all_layers, top, average)) != 1:
         raise typer.BadParameter("give exactly one of --all, --top, --average")
-    n_lines, n_tokens = scan_input(input_file, use_sentence_keys)
-    apply_num_threads(threads)
-    bilm = load_bilm(str(model), str(options) if options else None).to(torch.device(device))
+    with clean_errors():
+        ElmoSettings(batch_tokens=batch_tokens, window_size=1, window_overlap=0, device=device,
+                     num_threads=threads, token_cache_size=cache_size, precision=precision)
+        if not output_file.parent.is_dir():
+            raise ValueError(f"{output_file.parent}: output directory not found")
+        n_lines, n_tokens = scan_input(input_file, use_sentence_keys)
+        apply_num_threads(threads)
+        bilm = load_bilm(str(model), str(options) if options else None).to(torch.device(device))
     embedder = Embedder(bilm, cache_size=cache_size, precision=precision)
     import h5py
 
@@ -53,10 +63,10 @@ def dump(
                 for row, (index, line, tokens) in enumerate(batch):
                     values = select_layers(layers[:, row, : len(tokens)], all_layers, top)
                     out.create_dataset(line if use_sentence_keys else str(index), data=values)
-                    if not use_sentence_keys:
+                    if not (use_sentence_keys or forget_sentences):
                         sentence_to_index[line] = str(index)
                 bar.update(sum(len(tokens) for _, _, tokens in batch))
-        if not use_sentence_keys:
+        if not (use_sentence_keys or forget_sentences):
             dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
             dataset[0] = json.dumps(sentence_to_index)
     elapsed = time.perf_counter() - start
@@ -66,28 +76,29 @@ def dump(
 def scan_input(path: Path, use_sentence_keys: bool) -> Tuple[int, int]:
     """(lines, tokens) of the input; errors on an empty line, or a key HDF5 cannot hold."""
     if not path.is_file():
-        raise typer.BadParameter(f"{path}: input file not found")
+        raise ValueError(f"{path}: input file not found")
     n_lines = n_tokens = 0
-    seen = set()
+    seen = set()  # 16-byte digests of the sentences, for --use-sentence-keys
     with path.open(encoding="utf-8", errors="replace") as lines:
         for number, line in enumerate(lines, start=1):
             sentence = line.strip()
             if not sentence:
-                raise typer.BadParameter(f"{path} line {number} is empty; every line must hold a sentence")
+                raise ValueError(f"{path} line {number} is empty; every line must hold a sentence")
             if use_sentence_keys:
-                if "/" in sentence or sentence == ".":
-                    raise typer.BadParameter(
-                        f"{path} line {number} cannot be an HDF5 key ('/' or a lone '.'): drop --use-sentence-keys"
+                if "/" in sentence or "\x00" in sentence or sentence == ".":
+                    raise ValueError(
+                        f"{path} line {number} cannot be an HDF5 key ('/', NUL or a lone '.'): drop --use-sentence-keys"
                     )
-                if sentence in seen:
-                    raise typer.BadParameter(
+                digest = hashlib.blake2b(sentence.encode("utf-8"), digest_size=16).digest()
+                if digest in seen:
+                    raise ValueError(
                         f"{path} line {number} repeats an earlier sentence: drop --use-sentence-keys to keep both"
                     )
-                seen.add(sentence)
+                seen.add(digest)
             n_lines += 1
             n_tokens += len(sentence.split())
     if not n_lines:
-        raise typer.BadParameter(f"{path} is empty")
+        raise ValueError(f"{path} is empty")
     return n_lines, n_tokens
 
 

@@ -4,7 +4,7 @@ from typing import Optional
 
 import typer
 
-from .app import app
+from .app import app, clean_errors
 
 GOLDEN_DEMO_MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "elmo-golden" / "allennlp"
 
@@ -24,7 +24,8 @@ def info(
     """Print a model's configuration."""
     from ..pipeline.component import load_bilm
 
-    bilm = load_bilm(str(weights), str(options) if options else None)
+    with clean_errors():
+        bilm = load_bilm(str(weights), str(options) if options else None)
     for key, value in bilm.config.to_dict().items():
         typer.echo(f"{key:26} {value}")
     typer.echo(f"{'parameters':26} {sum(p.numel() for p in bilm.parameters()):,}")

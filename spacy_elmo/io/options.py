@@ -33,11 +33,9 @@ def options_from_config(config: BiLMConfig) -> Dict[str, Any]:
         "projection_dim": config.projection_dim,
         "n_layers": config.n_layers,
         "use_skip_connections": config.use_skip_connections,
+        "cell_clip": config.cell_clip,  # null when unclipped: AllenNLP reads both keys
+        "proj_clip": config.proj_clip,
     }
-    if config.cell_clip is not None:
-        lstm["cell_clip"] = config.cell_clip
-    if config.proj_clip is not None:
-        lstm["proj_clip"] = config.proj_clip
     return {
         "lstm": lstm,
         "char_cnn": {

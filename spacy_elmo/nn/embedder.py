@@ -27,6 +27,7 @@ class Embedder:
         self.device = bilm.bos_ids.device
         check_precision(precision, self.device)
         self.precision = precision
+        self.source = bilm
         self.bilm = runtime_bilm(bilm, precision)
         self.cache_size = cache_size
         self._slots: "OrderedDict[str, int]" = OrderedDict()  # string -> row of _table, oldest first
@@ -35,6 +36,8 @@ class Embedder:
         self._lock = threading.Lock()
 
     def clear(self) -> None:
+        """Forget cached encodings and rebuild the runtime model from `source`'s weights."""
+        self.bilm = runtime_bilm(self.source, self.precision)
         self._slots.clear()
         self._table = None
         self._boundaries = None
@@ -84,7 +87,8 @@ class Embedder:
         return self._table
 
     def _remember(self, strings: List[str], vectors: torch.Tensor) -> None:
-        """Store the newest `cache_size` of these, evicting the least recently used."""
+        """Store `vectors` (len(strings), P), at most the newest `cache_size`, evicting the
+        least recently used."""
         if not self.cache_size:
             return
         table = self._cached_table()

@@ -4,6 +4,8 @@ Exact fp32 is the default. `bf16` runs matrix products and convolutions in bfloa
 under autocast (on CPUs with AMX/AVX512-BF16 and on GPUs); the LSTM state and the clipping
 stay in float32. `int8` (CPU only) quantizes every LSTM, highway and projection weight
 per output channel and the activations dynamically per call; the char-CNN stays fp32.
+Because activation scales are set per call, int8 vectors depend slightly on the rest of
+the batch: only fp32 and bf16 keep the determinism contract.
 """
 import contextlib
 import copy
@@ -39,7 +41,10 @@ def runtime_bilm(bilm: BiLM, precision: str) -> BiLM:
     if precision == "fp32":
         return bilm
     if precision == "bf16":
-        return copy.deepcopy(bilm).to(torch.bfloat16).eval()
+        half = copy.deepcopy(bilm).to(torch.bfloat16).eval()
+        if half.config.warm_state:  # the LSTM state stays float32
+            half.warm_h, half.warm_c = half.warm_h.float(), half.warm_c.float()
+        return half
     quantized = copy.deepcopy(bilm).eval()
     for stack in (quantized.forward_stack, quantized.backward_stack):
         for index, layer in enumerate(stack.layers):

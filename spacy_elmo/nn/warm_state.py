@@ -8,6 +8,7 @@ warm-up happens once: the warm-up sentences run statefully in parallel rows, and
 final states, averaged over rows, become every row's initial state. Outputs stay
 deterministic and independent of batch composition.
 """
+import math
 import dataclasses
 from typing import List, Sequence
 
@@ -20,8 +21,9 @@ from .chars import batch_to_char_ids
 def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 16) -> BiLM:
     """A copy of `bilm` whose default initial state is warmed on `sentences`.
 
-    The sentences are dealt round-robin to `rows` rows, run statefully in order, and the
-    rows' final (h, c) are averaged per direction and layer.
+    The sentences are cut into `rows` contiguous runs (so each row reads running text, as
+    in training), run statefully side by side, and the rows' final h (n_layers, P) and
+    c (n_layers, H) are averaged per direction into `warm_h` / `warm_c`.
     """
     sentences = [list(s) for s in sentences if len(s)]
     if not sentences:
@@ -30,7 +32,10 @@ def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 
     warm = BiLM(dataclasses.replace(bilm.config, warm_state=True)).to(bilm.bos_ids.device)
     warm.load_state_dict(bilm.state_dict(), strict=False)
     runner = StatefulBiLM(bilm)
-    dealt: List[List[List[str]]] = [sentences[r::rows] for r in range(rows)]
+    per_row = math.ceil(len(sentences) / rows)
+    dealt: List[List[List[str]]] = [sentences[r * per_row : (r + 1) * per_row] for r in range(rows)]
+    dealt = [row for row in dealt if row]
+    rows = len(dealt)
     with torch.no_grad():
         for step in range(len(dealt[0])):
             batch = [row[step] for row in dealt if step < len(row)]

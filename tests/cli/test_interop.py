@@ -117,6 +117,10 @@ def test_dump_with_sentence_keys(tmp_path, sentences_file):
         ("", [], "is empty"),
         ("and/or\n", ["--use-sentence-keys"], "HDF5 key"),
         ("same\nsame\n", ["--use-sentence-keys"], "repeats an earlier sentence"),
+        ("a\x00b\n", ["--use-sentence-keys"], "HDF5 key"),
+        ("a b\n", ["--batch-tokens", "0"], "batch_tokens must be positive"),
+        ("a b\n", ["--threads", "-1"], "num_threads"),
+        ("a b\n", ["--precision", "fp8"], "precision must be one of"),
     ],
 )
 def test_dump_rejects_bad_input_before_writing(tmp_path, content, extra, message):
@@ -146,3 +150,43 @@ def test_warm_command_on_a_pipeline(tmp_path, allennlp_fixture, sentences_file):
     assert numpy.abs(a._.elmo.layers[2] - b._.elmo.layers[2]).max() > 1e-3
     result = invoke("export", tmp_path / "warm-pipe", tmp_path / "public")
     assert "warm state was not exported" in result.output
+
+
+def test_dump_errors_on_a_missing_output_directory_or_model(tmp_path, sentences_file):
+    path, _ = sentences_file
+    save_model(random_bilm(), tmp_path / "model")
+    result = runner.invoke(app, ["dump", str(tmp_path / "model"), str(path), str(tmp_path / "no" / "o.hdf5"), "--top"])
+    assert result.exit_code == 2 and "output directory not found" in plain(result.output)
+    result = runner.invoke(app, ["dump", str(tmp_path / "nomodel"), str(path), str(tmp_path / "o.hdf5"), "--top"])
+    assert result.exit_code == 2 and "nomodel: weights not found" in plain(result.output)
+
+
+def test_dump_forget_sentences_and_many_chunks(tmp_path, monkeypatch):
+    """Several read chunks, and no sentence_to_index with --forget-sentences."""
+    import spacy_elmo.cli.dump as dump_module
+
+    monkeypatch.setattr(dump_module, "LINES_PER_CHUNK", 7)
+    bilm = random_bilm()
+    save_model(bilm, tmp_path / "model")
+    lines = [" ".join(["w%d" % (i % 5)] * (1 + i % 9)) for i in range(30)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    invoke("dump", tmp_path / "model", tmp_path / "in.txt", tmp_path / "out.hdf5", "--average", "--forget-sentences")
+    with h5py.File(tmp_path / "out.hdf5", "r") as out:
+        assert sorted(out.keys(), key=int) == [str(i) for i in range(30)]
+        for i in (0, 6, 7, 29):
+            expected = reference_layers(bilm, lines[i].split()).mean(axis=0)
+            numpy.testing.assert_allclose(out[str(i)][...], expected, atol=1e-5)
+
+
+def test_export_of_an_unclipped_model_names_both_clips(tmp_path):
+    from spacy_elmo.nn import BiLMConfig
+
+    config = BiLMConfig(filters=((1, 4), (2, 8)), char_embedding_dim=4, n_highway=0, lstm_dim=6,
+                        projection_dim=6, n_layers=1, use_skip_connections=False, cell_clip=None, proj_clip=None)
+    save_model(random_bilm(config), tmp_path / "model")
+    result = invoke("export", tmp_path / "model", tmp_path / "public")
+    options = json.loads((tmp_path / "public" / "options.json").read_text())
+    assert options["lstm"]["cell_clip"] is None and options["lstm"]["proj_clip"] is None
+    assert "AllenNLP's reader assumes" in result.output
+    again = load_public_model(tmp_path / "public" / "options.json", tmp_path / "public" / "weights.hdf5")
+    assert again.config == config

@@ -58,3 +58,26 @@ def test_component_in_bf16_saves_exact_weights(tiny_model_dir, tmp_path):
     for (name, a), (_, b) in zip(saved.state_dict().items(), original.state_dict().items()):
         assert torch.equal(a, b), name
     assert spacy.load(tmp_path / "pipeline").get_pipe("elmo").settings.precision == "bf16"
+
+
+def test_bf16_copy_keeps_the_warm_state_in_float32():
+    from elmo_testing import random_bilm
+    from spacy_elmo.nn.warm_state import with_warm_state
+
+    warm = with_warm_state(random_bilm(), [["a", "b"], ["c"]])
+    half = runtime_bilm(warm, "bf16")
+    assert half.token_encoder.char_embedding.weight.dtype == torch.bfloat16
+    assert half.warm_h.dtype == torch.float32 and half.warm_c.dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_clear_picks_up_changed_weights(precision):
+    from elmo_testing import random_bilm
+
+    bilm = random_bilm()
+    embedder = Embedder(bilm, precision=precision)
+    before = embedder([["bank"]]).layers
+    with torch.no_grad():
+        bilm.token_encoder.char_embedding.weight.mul_(3.0)
+    embedder.clear()
+    assert (embedder([["bank"]]).layers - before).abs().max() > 1e-2

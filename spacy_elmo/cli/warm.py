@@ -1,0 +1,49 @@
+"""`warm`: store a fixed initial LSTM state computed from warm-up text."""
+from pathlib import Path
+from typing import List
+
+import spacy
+import typer
+from spacy.language import Language
+
+from ..io import find_model_dir, load_model, save_model
+from ..nn.warm_state import with_warm_state
+from .app import app, clean_errors
+
+
+@app.command()
+def warm(
+    model: Path = typer.Argument(..., help="A spacy-elmo model directory or a pipeline with an elmo component"),
+    text: Path = typer.Argument(..., help="Warm-up text, one sentence per line"),
+    output: Path = typer.Argument(..., help="Where to write the warmed model (same kind as MODEL)"),
+    rows: int = typer.Option(16, min=1, help="Contiguous runs of text read side by side; their final states are averaged"),
+    max_sentences: int = typer.Option(2000, min=1, help="Use at most this many lines of TEXT"),
+    lang: str = typer.Option("en", help="Tokenizer for TEXT when MODEL is a model directory"),
+) -> None:
+    """Store a fixed initial LSTM state computed from warm-up text (see README)."""
+    with clean_errors():
+        pipeline = model if (model / "config.cfg").is_file() else None
+        nlp = spacy.load(pipeline) if pipeline else spacy.blank(lang)
+        sentences = read_warm_up(text, nlp, max_sentences)
+        bilm = with_warm_state(load_model(find_model_dir(model)), sentences, rows=rows)
+        if pipeline:
+            nlp.get_pipe(find_model_dir(model).name).set_bilm(bilm)
+            nlp.to_disk(output)
+        else:
+            save_model(bilm, output)
+    typer.echo(f"Warmed on {len(sentences)} sentences; wrote {output}")
+
+
+def read_warm_up(text: Path, nlp: Language, max_sentences: int) -> List[List[str]]:
+    """Up to `max_sentences` non-empty lines of `text`, tokenized by `nlp`, whitespace dropped."""
+    sentences: List[List[str]] = []
+    with text.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            tokens = [t.text for t in nlp.make_doc(line.strip()) if not t.is_space]
+            if tokens:
+                sentences.append(tokens)
+            if len(sentences) >= max_sentences:
+                break
+    if not sentences:
+        raise ValueError(f"{text} holds no text")
+    return sentences
