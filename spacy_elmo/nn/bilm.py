@@ -3,7 +3,7 @@
 The forward and backward stacks never see each other: a bidirectional multi-layer
 `nn.LSTM` would leak the future into the forward LM's upper layers.
 """
-from typing import List, NamedTuple, Optional, Sequence, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -41,8 +41,9 @@ class LSTMStack(nn.Module):
 
     def forward(
         self, inputs: torch.Tensor, batch_sizes: List[int], state: Optional[List[LSTMState]] = None
-    ) -> tuple:
-        """(batch, time, P) sorted by length -> list of n_layers (batch, time, P), final states."""
+    ) -> Tuple[List[torch.Tensor], List[LSTMState]]:
+        """(batch, time, P) sorted by length -> n_layers outputs (batch, time, P) and each
+        layer's final (h, c)."""
         outputs, finals = [], []
         x = inputs
         for index, layer in enumerate(self.layers):
@@ -189,14 +190,14 @@ class BiLM(nn.Module):
     def _empty_output(
         self, batch: int, time: int, like: torch.Tensor, state: Optional[BiLMState]
     ) -> BiLMOutput:
-        dim = self.config.output_dim
-        param = next(self.parameters())
-        layers = param.new_zeros(self.n_output_layers, batch, time, dim)
+        layers = like.new_zeros(self.n_output_layers, batch, time, self.config.output_dim, dtype=torch.float32)
         mask = torch.zeros(batch, time, dtype=torch.bool, device=like.device)
-        if state is None:
-            state = [[layer.zero_state(batch, param) for layer in stack.layers]
-                     for stack in (self.forward_stack, self.backward_stack)]
-        return BiLMOutput(layers, mask, state)
+        return BiLMOutput(layers, mask, state if state is not None else self.zero_state(batch))
+
+    def zero_state(self, batch: int) -> BiLMState:
+        """All-zero LSTM state for `batch` rows."""
+        like = self.token_encoder.char_embedding.weight
+        return [[layer.zero_state(batch, like) for layer in stack.layers] for stack in (self.forward_stack, self.backward_stack)]
 
 
 class StatefulBiLM:
@@ -216,9 +217,7 @@ class StatefulBiLM:
     def __call__(self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]]) -> BiLMOutput:
         batch = char_ids.shape[0]
         if self.state is None:
-            param = next(self.bilm.parameters())
-            self.state = [[layer.zero_state(batch, param) for layer in stack.layers]
-                          for stack in (self.bilm.forward_stack, self.bilm.backward_stack)]
+            self.state = self.bilm.zero_state(batch)
         self._grow(batch)
         initial = [[(h[:batch], c[:batch]) for h, c in direction] for direction in self.state]
         output = self.bilm(char_ids, lengths, initial)
