@@ -131,8 +131,8 @@ class ElmoComponent(Pipe):
 
     @property
     def mix(self) -> LayerMix:
-        if self._mix is None:
-            self._mix = LayerMix.from_setting(self.settings.mix, self.bilm.n_output_layers)
+        _ = self.bilm  # set_bilm sets the mix
+        assert self._mix is not None
         return self._mix
 
     def set_bilm(self, bilm: BiLM) -> None:
@@ -180,7 +180,7 @@ class ElmoComponent(Pipe):
         """Embed one batch of segments and write the kept rows into each doc's array."""
         sentences = [[docs[segment.doc_index][i].text for i in segment.token_indices] for segment in batch]
         assert self._embedder is not None
-        layers = self._embedder(sentences).layers.float().cpu().numpy()  # (L + 1, batch, time, 2P)
+        layers = self._embedder(sentences).layers.cpu().numpy()  # (L + 1, batch, time, 2P) float32
         values = layers if self.settings.keep_layers else self._mixed(layers)
         for row, segment in enumerate(batch):
             keep = slice(segment.keep_start, segment.keep_end)
