@@ -1,0 +1,31 @@
+"""`corpus`: prepare text for biLM pretraining (bilm-tf layout)."""
+from pathlib import Path
+
+import typer
+
+from ..training.corpus import prepare_corpus
+from .app import app, clean_errors
+
+
+@app.command()
+def corpus(
+    input_path: Path = typer.Argument(..., help=".txt (a document per line), a folder of .txt, .jsonl with 'text', or .spacy"),
+    output_dir: Path = typer.Argument(..., help="Where to write train/ shards, dev.txt, test.txt, vocab.txt, stats.json"),
+    lang: str = typer.Option("en", help="spaCy language whose tokenizer inference will use"),
+    seed: int = typer.Option(0, help="Shuffling seed"),
+    dev_fraction: float = typer.Option(0.01, help="Share of sentences held out for dev"),
+    test_fraction: float = typer.Option(0.01, help="Share of sentences held out for test"),
+    sentences_per_shard: int = typer.Option(100_000, help="Training sentences per shard file"),
+    min_count: int = typer.Option(1, help="Keep tokens seen at least this often in the vocabulary"),
+    max_vocab: int = typer.Option(0, help="Vocabulary size limit including <S>, </S>, <UNK> (0: none)"),
+) -> None:
+    """Tokenize, sentence-split, deduplicate, shuffle and split a corpus; write its vocabulary."""
+    with clean_errors():
+        stats = prepare_corpus(
+            input_path, output_dir, lang, seed, dev_fraction, test_fraction, sentences_per_shard, min_count, max_vocab
+        )
+    typer.echo(
+        f"{stats.documents} documents -> {stats.sentences} sentences ({stats.duplicate_sentences} duplicates dropped, "
+        f"{stats.lines_with_invalid_utf8} lines with invalid UTF-8 replaced); train {stats.train_sentences} "
+        f"({stats.tokens} tokens), dev {stats.dev_sentences}, test {stats.test_sentences}; vocab {stats.vocab_size}"
+    )
