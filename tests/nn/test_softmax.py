@@ -1,0 +1,74 @@
+"""Softmax heads: exact full softmax, log-uniform sampling, sampled training, exact evaluation."""
+import math
+
+import pytest
+import torch
+
+from spacy_elmo.nn.softmax import FullSoftmax, SampledSoftmax, log_uniform_probabilities
+
+
+def test_full_softmax_is_the_normalized_nll():
+    torch.manual_seed(0)
+    head = FullSoftmax(4, 10)
+    hidden, targets = torch.randn(5, 4), torch.tensor([0, 3, 9, 3, 1])
+    logits = hidden @ head.weight.t() + head.bias
+    expected = torch.logsumexp(logits, dim=1) - logits[torch.arange(5), targets]
+    torch.testing.assert_close(head(hidden, targets), expected)
+    torch.testing.assert_close(head.log_probs(hidden).exp().sum(1), torch.ones(5))
+
+
+def test_log_uniform_distribution():
+    probs = log_uniform_probabilities(1000)
+    assert probs.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert probs[0].item() == pytest.approx(math.log(2) / math.log(1001), rel=1e-6)
+    assert torch.all(probs[1:] < probs[:-1])
+
+
+def test_sampler_frequencies_follow_the_distribution():
+    torch.manual_seed(0)
+    head = SampledSoftmax(4, 50, n_samples=20000)
+    drawn = torch.multinomial(head.sampling_probs, 200000, replacement=True)
+    counts = torch.bincount(drawn, minlength=50).float() / 200000
+    torch.testing.assert_close(counts[:5], head.sampling_probs[:5], atol=3e-3, rtol=0)
+
+
+def test_eval_mode_is_exact_and_training_mode_samples():
+    torch.manual_seed(1)
+    head = SampledSoftmax(8, 200, n_samples=16)
+    hidden, targets = torch.randn(6, 8), torch.randint(0, 200, (6,))
+    head.eval()
+    torch.testing.assert_close(head(hidden, targets), FullSoftmax.forward(head, hidden, targets))
+    head.train()
+    sampled = head(hidden, targets)
+    assert sampled.shape == (6,) and torch.all(torch.isfinite(sampled))
+    assert not torch.allclose(sampled, FullSoftmax.forward(head, hidden, targets))
+
+
+def test_accidental_hits_are_removed(monkeypatch):
+    head = SampledSoftmax(2, 5, n_samples=3).train()
+    monkeypatch.setattr(torch, "multinomial", lambda probs, n, replacement: torch.tensor([2, 2, 4]))
+    hidden, targets = torch.zeros(1, 2), torch.tensor([2])
+    with torch.no_grad():
+        head.bias.zero_()
+    # only id 4 remains a negative; all logits equal before the log-Q correction
+    log_q = torch.log(head.sampling_probs * 3)
+    expected = -torch.log_softmax(torch.stack([-log_q[2], -log_q[4]]), dim=0)[0]
+    torch.testing.assert_close(head(hidden, targets)[0], expected)
+
+
+def test_training_with_sampled_softmax_lowers_the_exact_loss():
+    torch.manual_seed(2)
+    vocab, dim = 300, 16
+    head = SampledSoftmax(dim, vocab, n_samples=40)
+    contexts = torch.randn(64, dim)
+    targets = torch.randint(0, 20, (64,))  # frequent ids, as in real text
+    optimizer = torch.optim.Adam(head.parameters(), lr=0.05)
+    head.eval()
+    before = head(contexts, targets).mean().item()
+    head.train()
+    for _ in range(100):
+        optimizer.zero_grad()
+        head(contexts, targets).mean().backward()
+        optimizer.step()
+    head.eval()
+    assert head(contexts, targets).mean().item() < 0.5 * before
