@@ -1,0 +1,107 @@
+"""Corpus preparation: deterministic, and sane on empty lines, bad bytes, long lines, duplicates."""
+import json
+
+import pytest
+import srsly
+from spacy.tokens import DocBin
+import spacy
+
+from spacy_elmo.training.corpus import SPECIAL_TOKENS, build_vocab, prepare_corpus
+
+TEXT = (
+    "The bank of the river was steep. We sat on it.\n"
+    "\n"
+    "   \n"
+    "She took cash from the bank. The bank was closed!\n"
+    "The bank of the river was steep.\n"
+    "Dogs bark. Trees have bark too.\n"
+)
+
+
+def read_output(directory):
+    shards = sorted((directory / "train").glob("shard_*.txt"))
+    train = [line for shard in shards for line in shard.read_text(encoding="utf-8").splitlines()]
+    dev = (directory / "dev.txt").read_text(encoding="utf-8").splitlines()
+    test = (directory / "test.txt").read_text(encoding="utf-8").splitlines()
+    return train, dev, test
+
+
+def test_preparation_is_deterministic_and_splits_cover_every_sentence_once(tmp_path):
+    (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "a", seed=3, dev_fraction=0.2, test_fraction=0.2, sentences_per_shard=2)
+    prepare_corpus(tmp_path / "in.txt", tmp_path / "b", seed=3, dev_fraction=0.2, test_fraction=0.2, sentences_per_shard=2)
+    for name in ("dev.txt", "test.txt", "vocab.txt", "train/shard_00000.txt", "stats.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    train, dev, test = read_output(tmp_path / "a")
+    expected = {
+        "The bank of the river was steep .", "We sat on it .", "She took cash from the bank .",
+        "The bank was closed !", "Dogs bark .", "Trees have bark too .",
+    }
+    assert sorted(train + dev + test) == sorted(expected)
+    assert len(dev) == len(test) == 1
+    assert stats.documents == 4 and stats.sentences == 7 and stats.duplicate_sentences == 1
+    assert len(list((tmp_path / "a" / "train").glob("shard_*.txt"))) == 2
+    other = prepare_corpus(tmp_path / "in.txt", tmp_path / "c", seed=4, dev_fraction=0.2, test_fraction=0.2)
+    assert other.train_sentences == stats.train_sentences
+    assert json.loads((tmp_path / "a" / "stats.json").read_text())["duplicate_sentences"] == 1
+
+
+def test_invalid_utf8_is_replaced_and_counted(tmp_path):
+    (tmp_path / "in.txt").write_bytes(b"caf\xe9 au lait .\nfine line .\n\xff\xfe broken .\n")
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", dev_fraction=0, test_fraction=0)
+    train, _, _ = read_output(tmp_path / "out")
+    assert stats.lines_with_invalid_utf8 == 2
+    assert any("\ufffd" in line for line in train)
+    assert "fine line ." in train
+
+
+def test_very_long_lines_are_tokenized_in_pieces(tmp_path):
+    words = ["word%d" % (i % 50) for i in range(400_000)]
+    (tmp_path / "in.txt").write_text(" ".join(words) + "\n", encoding="utf-8")
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", dev_fraction=0, test_fraction=0)
+    train, _, _ = read_output(tmp_path / "out")
+    assert stats.documents == 1
+    assert sum(len(line.split(" ")) for line in train) == len(words) == stats.tokens
+    assert len(train) > 1  # cut into pieces under spaCy's max_length
+
+
+def test_jsonl_folder_and_docbin_inputs(tmp_path):
+    srsly.write_jsonl(tmp_path / "in.jsonl", [{"text": "One two three ."}, {"text": "  "}, {"text": "Four ."}])
+    assert prepare_corpus(tmp_path / "in.jsonl", tmp_path / "j", dev_fraction=0, test_fraction=0).sentences == 2
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.txt").write_text("Alpha beta .\n")
+    (tmp_path / "folder" / "b.txt").write_text("Gamma .\n")
+    assert prepare_corpus(tmp_path / "folder", tmp_path / "f", dev_fraction=0, test_fraction=0).documents == 2
+    nlp = spacy.blank("en")
+    DocBin(docs=[nlp("Delta epsilon ."), nlp("Zeta .")]).to_disk(tmp_path / "in.spacy")
+    assert prepare_corpus(tmp_path / "in.spacy", tmp_path / "s", dev_fraction=0, test_fraction=0).sentences == 2
+    srsly.write_jsonl(tmp_path / "bad.jsonl", [{"body": "x"}])
+    with pytest.raises(ValueError, match="bad.jsonl line 1: expected an object with a string 'text'"):
+        prepare_corpus(tmp_path / "bad.jsonl", tmp_path / "x")
+
+
+def test_empty_or_missing_input_is_an_error(tmp_path):
+    (tmp_path / "empty.txt").write_text("\n  \n")
+    with pytest.raises(ValueError, match="no text found"):
+        prepare_corpus(tmp_path / "empty.txt", tmp_path / "out")
+    with pytest.raises(ValueError, match="input not found"):
+        prepare_corpus(tmp_path / "missing.txt", tmp_path / "out")
+
+
+def test_vocabulary_order_min_count_and_size():
+    lines = ["a b b c", "b c <S> d", "c c"]
+    assert build_vocab(lines) == [*SPECIAL_TOKENS, "c", "b", "a", "d"]
+    assert build_vocab(lines, min_count=2) == [*SPECIAL_TOKENS, "c", "b"]
+    assert build_vocab(lines, max_size=4) == [*SPECIAL_TOKENS, "c"]
+
+
+def test_corpus_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
+    result = CliRunner().invoke(app, ["corpus", str(tmp_path / "in.txt"), str(tmp_path / "out"), "--dev-fraction", "0.2"])
+    assert result.exit_code == 0, result.output
+    assert "1 duplicates dropped" in result.output
+    assert (tmp_path / "out" / "vocab.txt").read_text().splitlines()[:4] == [*SPECIAL_TOKENS, "."]
