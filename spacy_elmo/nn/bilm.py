@@ -27,6 +27,17 @@ class BiLMOutput(NamedTuple):
     """Final LSTM state of each row, in input row order."""
 
 
+class _StackRun(NamedTuple):
+    """Both stacks run over framed, length-sorted rows (position 0 is <S>)."""
+
+    framed: torch.Tensor  # (batch, time + 2, P) token encodings
+    forward_layers: List[torch.Tensor]  # n_layers x (batch, time + 2, P)
+    backward_layers: List[torch.Tensor]  # n_layers x (batch, time + 2, P), un-reversed
+    final_state: BiLMState  # in input row order
+    restore: torch.Tensor  # (batch,) sorted position of each input row
+    sorted_lengths: torch.Tensor  # (batch,) token counts, sorted
+
+
 class LSTMStack(nn.Module):
     """`n_layers` projected LSTMs in one direction, residual from the second layer on."""
 
@@ -113,10 +124,7 @@ class BiLM(nn.Module):
         Only real tokens go through the token encoder.
         """
         lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
-        mask = torch.arange(char_ids.shape[1], device=char_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
-        tokens = self.boundary_vectors().new_zeros(*char_ids.shape[:2], self.config.projection_dim)
-        tokens[mask] = self.token_encoder(char_ids[mask]).to(tokens.dtype)
-        return self.contextualize(tokens, lengths, state)
+        return self.contextualize(self._encode_tokens(char_ids, lengths), lengths, state)
 
     def contextualize(
         self,
@@ -136,6 +144,42 @@ class BiLM(nn.Module):
         batch, time = tokens.shape[:2]
         if batch == 0 or time == 0:
             return self._empty_output(batch, time, tokens, state)
+        run = self._run_stacks(tokens, lengths, state, boundaries)
+        stacked = [torch.cat([run.framed, run.framed], dim=-1)]
+        stacked += [torch.cat([f, b], dim=-1) for f, b in zip(run.forward_layers, run.backward_layers)]
+        layers = torch.stack(stacked)[:, :, 1 : time + 1]
+        mask = torch.arange(time, device=tokens.device).unsqueeze(0) < run.sorted_lengths.unsqueeze(1)
+        layers = layers * mask.unsqueeze(0).unsqueeze(-1)
+        return BiLMOutput(layers[:, run.restore], mask[run.restore], run.final_state)
+
+    def top_states(
+        self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]]
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """For language-model training: the top forward and backward outputs over each
+        framed sentence (<S> tokens </S>), both (batch, time + 2, P) in input row order,
+        position j of a row of length n holding <S> at 0, its tokens at 1..n, </S> at n + 1."""
+        lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
+        if char_ids.shape[1] == 0:
+            raise ValueError("top_states needs at least one token per sentence")
+        run = self._run_stacks(self._encode_tokens(char_ids, lengths), lengths, None, None)
+        return run.forward_layers[-1][run.restore], run.backward_layers[-1][run.restore]
+
+    def _encode_tokens(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(batch, time, n_chars) -> (batch, time, P); only real tokens are encoded, padding is 0."""
+        mask = torch.arange(char_ids.shape[1], device=char_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
+        tokens = self.boundary_vectors().new_zeros(*char_ids.shape[:2], self.config.projection_dim)
+        tokens[mask] = self.token_encoder(char_ids[mask]).to(tokens.dtype)
+        return tokens
+
+    def _run_stacks(
+        self,
+        tokens: torch.Tensor,
+        lengths: torch.Tensor,
+        state: Optional[BiLMState],
+        boundaries: Optional[torch.Tensor],
+    ) -> "_StackRun":
+        """Frame each sentence with <S> and </S>, sort rows by length, run both stacks."""
+        batch, time = tokens.shape[:2]
         if boundaries is None:
             boundaries = self.boundary_vectors()
         if state is None and self.config.warm_state:
@@ -152,7 +196,6 @@ class BiLM(nn.Module):
         sorted_state = None
         if state is not None:
             sorted_state = [[(h[order], c[order]) for h, c in direction] for direction in state]
-
         forward_layers, forward_final = self.forward_stack(
             framed, batch_sizes, sorted_state[0] if sorted_state else None
         )
@@ -160,14 +203,8 @@ class BiLM(nn.Module):
             reverse_within_length(framed, framed_lengths), batch_sizes, sorted_state[1] if sorted_state else None
         )
         backward_layers = [reverse_within_length(y, framed_lengths) for y in backward_layers]
-
-        stacked = [torch.cat([framed, framed], dim=-1)]
-        stacked += [torch.cat([f, b], dim=-1) for f, b in zip(forward_layers, backward_layers)]
-        layers = torch.stack(stacked)[:, :, 1 : time + 1]
-        mask = torch.arange(time, device=tokens.device).unsqueeze(0) < sorted_lengths.unsqueeze(1)
-        layers = layers * mask.unsqueeze(0).unsqueeze(-1)
         final = [[(h[restore], c[restore]) for h, c in finals] for finals in (forward_final, backward_final)]
-        return BiLMOutput(layers[:, restore], mask[restore], final)
+        return _StackRun(framed, forward_layers, backward_layers, final, restore, sorted_lengths)
 
     def warm_state_rows(self, batch: int) -> BiLMState:
         """The stored warm state repeated for `batch` rows."""

@@ -1,0 +1,54 @@
+"""The biLM training objective (paper, section 3.1): a forward LM predicts each next token
+from the top forward layer, a backward LM each previous token from the top backward layer,
+through one softmax shared by both directions; the loss is the mean of the two."""
+from typing import NamedTuple, Sequence, Union
+
+import torch
+from torch import nn
+
+from .bilm import BiLM
+from .softmax import FullSoftmax
+
+BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
+"""Vocabulary ids of <S>, </S>, <UNK>: the first three lines of a vocab.txt."""
+
+
+class LMLoss(NamedTuple):
+    forward_nll: torch.Tensor  # () summed over predictions
+    backward_nll: torch.Tensor  # () summed over predictions
+    predictions: int  # per direction: every token plus </S> (forward) or <S> (backward)
+
+    @property
+    def loss(self) -> torch.Tensor:
+        """Mean of the two directions' mean negative log-likelihoods."""
+        return (self.forward_nll + self.backward_nll) / (2 * self.predictions)
+
+
+class BiLMObjective(nn.Module):
+    """The biLM and its shared softmax head."""
+
+    def __init__(self, bilm: BiLM, head: FullSoftmax) -> None:
+        super().__init__()
+        if head.weight.shape[1] != bilm.config.projection_dim:
+            raise ValueError(f"the softmax takes width {head.weight.shape[1]}, the biLM gives {bilm.config.projection_dim}")
+        self.bilm = bilm
+        self.head = head
+
+    def forward(
+        self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], token_ids: torch.Tensor
+    ) -> LMLoss:
+        """char_ids: (batch, time, n_chars); lengths: (batch,); token_ids: (batch, time)
+        vocabulary ids of the tokens (any value past a row's length)."""
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=char_ids.device)
+        forward_top, backward_top = self.bilm.top_states(char_ids, lengths)
+        batch, time = token_ids.shape
+        framed = token_ids.new_full((batch, time + 2), EOS_ID)
+        framed[:, 0] = BOS_ID
+        framed[:, 1 : time + 1] = token_ids
+        framed[torch.arange(batch, device=framed.device), lengths + 1] = EOS_ID
+        positions = torch.arange(time + 1, device=framed.device).unsqueeze(0)
+        valid = positions <= lengths.unsqueeze(1)  # (batch, time + 1): n + 1 predictions per row
+        # forward: state at j predicts token j + 1; backward: state at j + 1 predicts token j
+        forward_nll = self.head(forward_top[:, : time + 1][valid], framed[:, 1:][valid]).sum()
+        backward_nll = self.head(backward_top[:, 1:][valid], framed[:, : time + 1][valid]).sum()
+        return LMLoss(forward_nll, backward_nll, int(valid.sum()))
