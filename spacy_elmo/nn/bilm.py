@@ -167,7 +167,7 @@ class BiLM(nn.Module):
     def _encode_tokens(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(batch, time, n_chars) -> (batch, time, P); only real tokens are encoded, padding is 0."""
         mask = torch.arange(char_ids.shape[1], device=char_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
-        tokens = self.boundary_vectors().new_zeros(*char_ids.shape[:2], self.config.projection_dim)
+        tokens = self.token_encoder.char_embedding.weight.new_zeros(*char_ids.shape[:2], self.config.projection_dim)
         tokens[mask] = self.token_encoder(char_ids[mask]).to(tokens.dtype)
         return tokens
 
