@@ -51,14 +51,20 @@ class LSTMStack(nn.Module):
         self.use_skip_connections = config.use_skip_connections
 
     def forward(
-        self, inputs: torch.Tensor, batch_sizes: List[int], state: Optional[List[LSTMState]] = None
+        self,
+        inputs: torch.Tensor,
+        batch_sizes: List[int],
+        state: Optional[List[LSTMState]] = None,
+        dropout: float = 0.0,
     ) -> Tuple[List[torch.Tensor], List[LSTMState]]:
         """(batch, time, P) sorted by length -> n_layers outputs (batch, time, P) and each
-        layer's final (h, c)."""
+        layer's final (h, c). `dropout` (training) applies to each layer's input, not to the
+        residual, as bilm-tf's dropout wrapper inside its residual wrapper."""
         outputs, finals = [], []
         x = inputs
         for index, layer in enumerate(self.layers):
-            y, final = layer(x, batch_sizes, state[index] if state is not None else None)
+            layer_input = nn.functional.dropout(x, dropout) if dropout else x
+            y, final = layer(layer_input, batch_sizes, state[index] if state is not None else None)
             if self.use_skip_connections and index > 0:
                 y = y + x
             outputs.append(y)
@@ -153,15 +159,16 @@ class BiLM(nn.Module):
         return BiLMOutput(layers[:, run.restore], mask[run.restore], run.final_state)
 
     def top_states(
-        self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]]
+        self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """For language-model training: the top forward and backward outputs over each
         framed sentence (<S> tokens </S>), both (batch, time + 2, P) in input row order,
-        position j of a row of length n holding <S> at 0, its tokens at 1..n, </S> at n + 1."""
+        position j of a row of length n holding <S> at 0, its tokens at 1..n, </S> at n + 1.
+        `dropout` applies to every LSTM layer's input."""
         lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
         if char_ids.shape[1] == 0:
             raise ValueError("top_states needs at least one token per sentence")
-        run = self._run_stacks(self._encode_tokens(char_ids, lengths), lengths, None, None)
+        run = self._run_stacks(self._encode_tokens(char_ids, lengths), lengths, None, None, dropout)
         return run.forward_layers[-1][run.restore], run.backward_layers[-1][run.restore]
 
     def _encode_tokens(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -177,6 +184,7 @@ class BiLM(nn.Module):
         lengths: torch.Tensor,
         state: Optional[BiLMState],
         boundaries: Optional[torch.Tensor],
+        dropout: float = 0.0,
     ) -> "_StackRun":
         """Frame each sentence with <S> and </S>, sort rows by length, run both stacks."""
         batch, time = tokens.shape[:2]
@@ -197,10 +205,13 @@ class BiLM(nn.Module):
         if state is not None:
             sorted_state = [[(h[order], c[order]) for h, c in direction] for direction in state]
         forward_layers, forward_final = self.forward_stack(
-            framed, batch_sizes, sorted_state[0] if sorted_state else None
+            framed, batch_sizes, sorted_state[0] if sorted_state else None, dropout
         )
         backward_layers, backward_final = self.backward_stack(
-            reverse_within_length(framed, framed_lengths), batch_sizes, sorted_state[1] if sorted_state else None
+            reverse_within_length(framed, framed_lengths),
+            batch_sizes,
+            sorted_state[1] if sorted_state else None,
+            dropout,
         )
         backward_layers = [reverse_within_length(y, framed_lengths) for y in backward_layers]
         final = [[(h[restore], c[restore]) for h, c in finals] for finals in (forward_final, backward_final)]

@@ -25,10 +25,16 @@ class LMLoss(NamedTuple):
 
 
 class BiLMObjective(nn.Module):
-    """The biLM and its shared softmax head."""
+    """The biLM and its shared softmax head.
 
-    def __init__(self, bilm: BiLM, head: FullSoftmax) -> None:
+    In training mode, `dropout` applies to every LSTM layer's input and to the top
+    states before the softmax, as in bilm-tf."""
+
+    def __init__(self, bilm: BiLM, head: FullSoftmax, dropout: float = 0.0) -> None:
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.dropout = dropout
         if head.weight.shape[1] != bilm.config.projection_dim:
             raise ValueError(f"the softmax takes width {head.weight.shape[1]}, the biLM gives {bilm.config.projection_dim}")
         self.bilm = bilm
@@ -40,7 +46,11 @@ class BiLMObjective(nn.Module):
         """char_ids: (batch, time, n_chars); lengths: (batch,); token_ids: (batch, time)
         vocabulary ids of the tokens (any value past a row's length)."""
         lengths = torch.as_tensor(lengths, dtype=torch.long, device=char_ids.device)
-        forward_top, backward_top = self.bilm.top_states(char_ids, lengths)
+        dropout = self.dropout if self.training else 0.0
+        forward_top, backward_top = self.bilm.top_states(char_ids, lengths, dropout)
+        if dropout:
+            forward_top = nn.functional.dropout(forward_top, dropout)
+            backward_top = nn.functional.dropout(backward_top, dropout)
         batch, time = token_ids.shape
         framed = token_ids.new_full((batch, time + 2), EOS_ID)
         framed[:, 0] = BOS_ID

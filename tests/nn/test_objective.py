@@ -1,6 +1,7 @@
 """The biLM objective: the right states predict the right tokens, exactly, and it trains."""
 import math
 
+import pytest
 import torch
 
 from elmo_testing import random_bilm
@@ -74,3 +75,24 @@ def test_a_tiny_model_learns_its_text():
         first = loss.item() if first is None else first
     perplexity = math.exp(objective(ids, lengths, token_ids).loss.item())
     assert perplexity < math.exp(first) / 3
+
+
+def test_dropout_acts_in_training_only():
+    torch.manual_seed(2)
+    bilm = random_bilm()
+    ids, lengths, token_ids = batch(SENTENCES)
+    objective = BiLMObjective(bilm, FullSoftmax(bilm.config.projection_dim, len(VOCAB)), dropout=0.5)
+    plain = BiLMObjective(bilm, objective.head)
+    with torch.no_grad():
+        exact = plain(ids, lengths, token_ids).loss
+        objective.eval()
+        assert torch.equal(objective(ids, lengths, token_ids).loss, exact)
+        objective.train()
+        first, second = objective(ids, lengths, token_ids).loss, objective(ids, lengths, token_ids).loss
+    assert not torch.equal(first, exact) and not torch.equal(first, second)
+
+
+def test_dropout_out_of_range_is_refused():
+    bilm = random_bilm()
+    with pytest.raises(ValueError, match="dropout"):
+        BiLMObjective(bilm, FullSoftmax(bilm.config.projection_dim, 5), dropout=1.0)
