@@ -34,3 +34,14 @@ def nlp(tiny_model_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir)})
     return nlp
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory) -> Path:
+    """A prepared corpus (train shards, dev, test, vocab) of a toy grammar's sentences."""
+    from elmo_testing import write_toy_text
+    from spacy_elmo.training.corpus import prepare_corpus
+
+    root = tmp_path_factory.mktemp("toy")
+    prepare_corpus(write_toy_text(root / "toy.txt"), root / "corpus", seed=0, dev_fraction=0.1, test_fraction=0.1, sentences_per_shard=100)
+    return root / "corpus"

@@ -38,3 +38,57 @@ def random_bilm(config: BiLMConfig = TINY_CONFIG, seed: int = 0) -> BiLM:
             param.normal_(0.0, 0.5)
         bilm.token_encoder.char_embedding.weight[0] = 0.0  # the padded-token row, as in every real model
     return bilm.eval()
+
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_PRETRAIN_CONFIG = REPO / "configs" / "pretrain-demo.cfg"
+
+
+def write_toy_text(path: Path, n_sentences: int = 300, seed: int = 0) -> Path:
+    """A small text from a toy grammar (a few dozen words), learnable in a few steps."""
+    import random
+
+    rng = random.Random(seed)
+    subjects = ["the cat", "a dog", "the old man", "my sister", "the river", "a bird"]
+    verbs = ["sees", "likes", "follows", "finds", "watches"]
+    objects = ["the bank", "a tree", "the ball", "her friend", "the water", "a house"]
+    endings = [".", "!", "today .", "again ."]
+    lines = []
+    for _ in range(n_sentences // 2):
+        pair = [f"{rng.choice(subjects).capitalize()} {rng.choice(verbs)} {rng.choice(objects)} {rng.choice(endings)}" for _ in range(2)]
+        lines.append(" ".join(pair))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_pretrain_overrides(corpus_dir: Path, **training) -> dict:
+    """Overrides of configs/pretrain-demo.cfg for a tiny, fast, single-threaded training."""
+    overrides = {
+        "paths.corpus": str(corpus_dir),
+        "model.filters": [list(f) for f in TINY_SETTINGS["filters"]],
+        "model.char_embedding_dim": TINY_SETTINGS["char_embedding_dim"],
+        "model.lstm_dim": 16,
+        "model.projection_dim": 8,
+        "head.type": "full",
+        "optimizer.learning_rate": 0.01,
+        "schedule.warmup_steps": 0,
+        "batching.tokens_per_batch": 256,
+        "batching.bucket_batches": 4,
+        "training.max_seconds": 0,
+        "training.max_steps": 30,
+        "training.eval_every": 10,
+        "training.checkpoint_every": 10,
+        "training.log_every": 1,
+        "training.num_threads": 1,
+    }
+    overrides.update({f"training.{key}": value for key, value in training.items()})
+    return overrides
+
+
+def write_tiny_pretrain_config(path: Path, corpus_dir: Path, extra: dict = None, **training) -> Path:
+    """configs/pretrain-demo.cfg with `tiny_pretrain_overrides` (and `extra`) applied, as a file."""
+    from thinc.api import Config
+
+    overrides = {**tiny_pretrain_overrides(corpus_dir, **training), **(extra or {})}
+    Config().from_disk(DEMO_PRETRAIN_CONFIG, overrides=overrides).to_disk(path)
+    return path

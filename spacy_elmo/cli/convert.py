@@ -1,11 +1,14 @@
-"""`convert` (public weights -> spaCy pipeline) and `export` (-> public weights)."""
+"""`convert` (public weights -> spaCy pipeline), `assemble` (trained biLM -> spaCy pipeline)
+and `export` (-> public weights)."""
 from pathlib import Path
 from typing import Union
 
 import spacy
 import typer
+from spacy.language import Language
 
 from ..io import find_model_dir, load_model, load_public_model, save_public_model
+from ..nn.bilm import BiLM
 from .app import app, clean_errors
 
 
@@ -28,16 +31,38 @@ def convert(
     """Turn a public ELMo model into a spaCy pipeline that `spacy.load`s and `spacy package`s."""
     with clean_errors():
         bilm = load_public_model(options, weights)
-        nlp = spacy.blank(lang)
-        if sentencizer:
-            nlp.add_pipe("sentencizer")
-        component = nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
-        component.set_bilm(bilm)
-        nlp.meta.update(
-            {"name": name, "version": version, "description": f"ELMo vectors converted from {weights.name}"}
-        )
+        nlp = build_pipeline(bilm, lang, name, version, mix, sentencizer, f"ELMo vectors converted from {weights.name}")
         nlp.to_disk(output_dir)
     typer.echo(f"Saved pipeline {lang}_{name} with pipes {nlp.pipe_names} to {output_dir}")
+
+
+@app.command()
+def assemble(
+    model: Path = typer.Argument(..., help="A trained model directory (e.g. training/model-best)"),
+    output_dir: Path = typer.Argument(..., help="Where to write the spaCy pipeline"),
+    lang: str = typer.Option("en", help="Language of the pipeline's tokenizer (the one the corpus was prepared with)"),
+    name: str = typer.Option("elmo", help="Pipeline name (the package is <lang>_<name>)"),
+    version: str = typer.Option("0.0.0", help="Pipeline version"),
+    mix: str = typer.Option("average", help="Default mix: average, top or a layer index"),
+    sentencizer: bool = typer.Option(True, help="Add a sentencizer so that sentences are embedded separately"),
+) -> None:
+    """Build a spaCy pipeline with an `elmo` component holding a trained biLM."""
+    with clean_errors():
+        bilm = load_model(find_model_dir(model))
+        nlp = build_pipeline(bilm, lang, name, version, mix, sentencizer, f"ELMo vectors from a biLM pretrained with spacy-elmo ({model.name})")
+        nlp.to_disk(output_dir)
+    typer.echo(f"Saved pipeline {lang}_{name} with pipes {nlp.pipe_names} to {output_dir}")
+
+
+def build_pipeline(bilm: BiLM, lang: str, name: str, version: str, mix: str, sentencizer: bool, description: str) -> Language:
+    """A blank `lang` pipeline (plus a sentencizer) whose `elmo` component holds `bilm`."""
+    nlp = spacy.blank(lang)
+    if sentencizer:
+        nlp.add_pipe("sentencizer")
+    component = nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
+    component.set_bilm(bilm)
+    nlp.meta.update({"name": name, "version": version, "description": description})
+    return nlp
 
 
 @app.command()

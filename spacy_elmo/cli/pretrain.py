@@ -1,0 +1,69 @@
+"""`pretrain` (train a biLM from a config) and `evaluate` (exact perplexity on a text)."""
+import json
+import logging
+from pathlib import Path
+from typing import Optional
+
+import typer
+from spacy.cli._util import parse_config_overrides
+
+from ..training.checkpoint import load_trained_model
+from ..training.config import load_config
+from ..training.data import read_sentences
+from ..training.perplexity import perplexity
+from ..training.trainer import clear_training, pretrain as run_pretraining
+from .app import app, clean_errors
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def pretrain(
+    ctx: typer.Context,
+    config_path: Path = typer.Argument(..., help="Pretraining config (spaCy config format), e.g. configs/pretrain-demo.cfg"),
+    output_dir: Path = typer.Argument(..., help="Where checkpoints, metrics.jsonl, model-best/ and model-last/ go"),
+    resume: bool = typer.Option(False, "--resume", help="Continue the training in OUTPUT_DIR from checkpoints/last.pt"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete an earlier training's checkpoints, models and metrics in OUTPUT_DIR first"),
+    init_from: Optional[Path] = typer.Option(None, help="Start from this model directory or pipeline (same as --paths.init_from)"),
+    progress: bool = typer.Option(True, help="Show a progress bar"),
+) -> None:
+    """Train a biLM. Extra options override config values: --training.max_steps 100.
+
+    Data parallel on several processes or GPUs: torchrun --nproc_per_node N -m spacy_elmo pretrain ...
+    """
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    overrides = parse_config_overrides(ctx.args)
+    if init_from is not None:
+        overrides["paths.init_from"] = str(init_from)
+    with clean_errors():
+        if resume and overwrite:
+            raise ValueError("--resume and --overwrite exclude each other")
+        config = load_config(config_path, overrides)
+        if overwrite:
+            clear_training(output_dir)
+        done = run_pretraining(config, output_dir, resume=resume, progress_bar=progress)
+    best = f"{done.best_dev_perplexity:.2f} at step {done.best_step}" if done.best_dev_perplexity else "n/a (no dev set)"
+    typer.echo(
+        f"Trained {done.step} steps, {done.tokens:,} tokens in {done.elapsed_seconds:.0f} s "
+        f"({done.tokens / max(done.elapsed_seconds, 1e-9):,.0f} tokens/s); best dev perplexity {best}. Output in {output_dir}"
+    )
+
+
+@app.command()
+def evaluate(
+    model_dir: Path = typer.Argument(..., help="A pretraining model directory (model-best/ or model-last/)"),
+    text: Path = typer.Argument(..., help="Sentences to score, one per line, tokens separated by spaces (e.g. corpus/test.txt)"),
+    output: Optional[Path] = typer.Option(None, help="Write the figures to this JSON file"),
+    tokens_per_batch: int = typer.Option(4096, help="Padded tokens per batch"),
+    max_sentence_tokens: int = typer.Option(100, help="Longer sentences are scored in pieces of this many tokens"),
+) -> None:
+    """Exact forward, backward and mean perplexity of a trained biLM on a text."""
+    with clean_errors():
+        if not text.is_file():
+            raise ValueError(f"{text}: file not found")
+        objective, vocab = load_trained_model(model_dir)
+        sentences = read_sentences(text, max_sentence_tokens)
+        result = perplexity(objective, sentences, vocab, tokens_per_batch)
+    figures = {**result.as_dict(), "sentences": len(sentences), "model": str(model_dir), "text": str(text)}
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    typer.echo(f"perplexity {result.mean:.2f} (forward {result.forward:.2f}, backward {result.backward:.2f}) over {len(sentences)} sentences")

@@ -1,0 +1,134 @@
+"""Training checkpoints and trained-model directories, both written atomically.
+
+A checkpoint (`checkpoints/last.pt`, `checkpoints/best.pt`) holds everything an exact
+resume needs: objective and optimizer state, progress (step, data position, elapsed
+time, best dev perplexity) and every process's RNG state. It holds only tensors and
+plain values and is read with `torch.load(weights_only=True)`, which unpickles nothing
+else. A model directory (`model-last/`, `model-best/`) is what the `elmo` component and
+`evaluate` read: the biLM (`config.json`, `weights.npz`), `softmax.npz`, `vocab.txt` and
+`training.json`.
+"""
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, save_model
+from ..nn.objective import BiLMObjective
+from ..nn.softmax import FullSoftmax
+from .data import DataPosition, Vocabulary
+
+CHECKPOINT_FORMAT = "spacy-elmo-checkpoint/1"
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    position: DataPosition = field(default_factory=DataPosition)
+    """Where the next training batch comes from."""
+    elapsed_seconds: float = 0.0
+    """Training wall time summed over all runs of this training."""
+    tokens: int = 0
+    """Training tokens seen (all processes)."""
+    best_dev_perplexity: Optional[float] = None
+    best_step: int = 0
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["position"] = list(self.position)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Progress":
+        return cls(**{**data, "position": DataPosition(*data["position"])})
+
+
+def save_checkpoint(
+    path: Path,
+    objective: BiLMObjective,
+    optimizer: torch.optim.Optimizer,
+    progress: Progress,
+    rng: List[List[torch.Tensor]],
+    config: Dict[str, Any],
+) -> None:
+    """Write atomically: a crash leaves the previous checkpoint intact."""
+    content = {
+        "format": CHECKPOINT_FORMAT,
+        "objective": {name: t.detach().cpu() for name, t in objective.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "progress": progress.to_dict(),
+        "rng": [[state.cpu() for state in states] for states in rng],
+        "config": config,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            torch.save(content, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def load_checkpoint(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        raise ModelFileError(path, "checkpoint not found")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged file
+        raise ModelFileError(path, f"not a readable checkpoint ({err})") from err
+    if not isinstance(content, dict) or content.get("format") != CHECKPOINT_FORMAT:
+        raise ModelFileError(path, f"not a {CHECKPOINT_FORMAT} checkpoint")
+    return content
+
+
+def save_trained_model(
+    objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]
+) -> None:
+    """Write the model directory next to its final place, then swap it in."""
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + ".new-"))
+    try:
+        save_model(objective.bilm, staging)
+        save_lm_head(objective.head.weight, objective.head.bias, staging)
+        vocab.to_file(staging / "vocab.txt")
+        (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+        _swap_in(staging, model_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    retired: Union[Path, None] = None
+    if target.exists():
+        retired = target.with_name(target.name + ".old")
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(target, retired)
+    os.replace(staging, target)
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Vocabulary]:
+    """The biLM with its softmax and vocabulary from a pretraining model directory."""
+    model_dir = Path(model_dir)
+    bilm = load_model(model_dir)
+    weight, bias = load_lm_head(model_dir)
+    vocab = Vocabulary.from_file(model_dir / "vocab.txt")
+    if weight.shape != (len(vocab), bilm.config.projection_dim):
+        raise ModelFileError(
+            model_dir / "softmax.npz",
+            f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {bilm.config.projection_dim}) for vocab.txt and the biLM",
+        )
+    head = FullSoftmax(bilm.config.projection_dim, len(vocab))
+    head.load_state_dict({"weight": weight, "bias": bias})
+    return BiLMObjective(bilm, head).eval(), vocab

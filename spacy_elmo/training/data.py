@@ -1,0 +1,198 @@
+"""Training data: the vocabulary, sentences of a prepared corpus, and reproducible
+length-bucketed batches with a resumable position.
+
+A batch is a list of sentences whose padded size (rows x longest row) stays within a
+token budget. The batches of a shard depend only on the seed, the epoch and the shard, so
+a run resumed at a `DataPosition` sees exactly the batches the uninterrupted run saw.
+"""
+from pathlib import Path
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy
+import torch
+
+from ..nn.chars import batch_to_char_ids
+from ..nn.objective import BOS_ID, EOS_ID, UNK_ID  # noqa: F401  (checked in Vocabulary)
+from .corpus import SPECIAL_TOKENS
+
+Sentence = List[str]
+
+
+class Vocabulary:
+    """A `vocab.txt`: `<S>`, `</S>`, `<UNK>`, then tokens by descending frequency."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        if tuple(tokens[:3]) != SPECIAL_TOKENS:
+            raise ValueError(f"a vocabulary must start with {SPECIAL_TOKENS}, got {tuple(tokens[:3])}")
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("the vocabulary lists a token twice")
+        self.tokens = list(tokens)
+        self.index: Dict[str, int] = {token: i for i, token in enumerate(tokens)}
+        assert (self.index["<S>"], self.index["</S>"], self.index["<UNK>"]) == (BOS_ID, EOS_ID, UNK_ID)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @classmethod
+    def from_file(cls, path: Union[str, Path]) -> "Vocabulary":
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: vocabulary file not found")
+        lines = path.read_text(encoding="utf-8").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        try:
+            return cls(lines)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from err
+
+    def to_file(self, path: Union[str, Path]) -> None:
+        Path(path).write_text("".join(token + "\n" for token in self.tokens), encoding="utf-8")
+
+    def ids(self, tokens: Sequence[str]) -> List[int]:
+        return [self.index.get(token, UNK_ID) for token in tokens]
+
+
+def read_sentences(path: Union[str, Path], max_tokens: int) -> List[Sentence]:
+    """One sentence per line, tokens separated by single spaces; blank lines skipped and
+    sentences longer than `max_tokens` cut into consecutive pieces."""
+    sentences = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for line in handle:
+            tokens = line.split()
+            for start in range(0, len(tokens), max_tokens):
+                sentences.append(tokens[start : start + max_tokens])
+    return sentences
+
+
+def train_shards(corpus_dir: Union[str, Path]) -> List[Path]:
+    shards = sorted((Path(corpus_dir) / "train").glob("shard_*.txt"))
+    if not shards:
+        raise ValueError(f"{corpus_dir}: no train/shard_*.txt files (run the corpus command first)")
+    return shards
+
+
+def budget_batches(sentences: Sequence[Sentence], tokens_per_batch: int) -> List[List[Sentence]]:
+    """Consecutive runs of length-sorted `sentences` (longest first) whose padded size
+    stays within the budget."""
+    batches: List[List[Sentence]] = []
+    for sentence in sentences:
+        if batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= tokens_per_batch:
+            batches[-1].append(sentence)
+        else:
+            batches.append([sentence])
+    return batches
+
+
+def bucketed_batches(
+    sentences: Sequence[Sentence], tokens_per_batch: int, bucket_batches: int, generator: torch.Generator
+) -> List[List[Sentence]]:
+    """Shuffle, sort by length within chunks of about `bucket_batches` batches' worth of
+    tokens, cut into budget batches, and shuffle the batches."""
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    chunk_tokens = tokens_per_batch * bucket_batches
+    batches: List[List[Sentence]] = []
+    chunk: List[Sentence] = []
+    size = 0
+    for index in order + [None]:
+        if index is not None:
+            chunk.append(sentences[index])
+            size += len(sentences[index])
+        if chunk and (size >= chunk_tokens or index is None):
+            batches += budget_batches(sorted(chunk, key=len, reverse=True), tokens_per_batch)
+            chunk, size = [], 0
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+class DataPosition(NamedTuple):
+    """Where the next batch comes from: epoch, index into the epoch's shard order, batch
+    index within that shard."""
+
+    epoch: int = 0
+    shard: int = 0
+    batch: int = 0
+
+
+class BatchStream:
+    """Endless, reproducible batches over the training shards, from a `DataPosition`.
+
+    Epoch e visits the shards in an order drawn from (seed, e); shard s of epoch e is
+    batched with a generator seeded from (seed, e, s). Only one shard is in memory.
+    """
+
+    def __init__(
+        self,
+        shards: Sequence[Path],
+        tokens_per_batch: int,
+        max_sentence_tokens: int,
+        bucket_batches: int,
+        seed: int,
+        position: DataPosition = DataPosition(),
+    ) -> None:
+        self.shards = list(shards)
+        self.tokens_per_batch = tokens_per_batch
+        self.max_sentence_tokens = max_sentence_tokens
+        self.bucket_batches = bucket_batches
+        self.seed = seed
+        self.position = position
+        self._loaded: Optional[Tuple[int, int]] = None
+        self._batches: List[List[Sentence]] = []
+
+    def __iter__(self) -> Iterator[List[Sentence]]:
+        return self
+
+    def __next__(self) -> List[Sentence]:
+        """The batch at `position`; `position` then points past it."""
+        epoch, shard, index = self._settle()
+        self.position = DataPosition(epoch, shard, index + 1)
+        return self._shard_batches(epoch, shard)[index]
+
+    def upcoming_epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self._settle().epoch
+
+    def _settle(self) -> DataPosition:
+        """Move `position` past exhausted shards onto the next batch that exists."""
+        for _ in range(len(self.shards) + 1):
+            epoch, shard, index = self.position
+            if index < len(self._shard_batches(epoch, shard)):
+                return self.position
+            last_shard = shard + 1 >= len(self.shards)
+            self.position = DataPosition(epoch + 1, 0, 0) if last_shard else DataPosition(epoch, shard + 1, 0)
+        raise ValueError("the training shards hold no sentences")
+
+    def _shard_batches(self, epoch: int, shard: int) -> List[List[Sentence]]:
+        if self._loaded != (epoch, shard):
+            order = torch.randperm(len(self.shards), generator=_generator(self.seed, epoch)).tolist()
+            sentences = read_sentences(self.shards[order[shard]], self.max_sentence_tokens)
+            generator = _generator(self.seed, epoch, shard + 1)
+            self._batches = bucketed_batches(sentences, self.tokens_per_batch, self.bucket_batches, generator)
+            self._loaded = (epoch, shard)
+        return self._batches
+
+
+def _generator(*numbers: int) -> torch.Generator:
+    seed = 0
+    for number in numbers:
+        seed = (seed * 1_000_003 + number) % (2**63)
+    return torch.Generator().manual_seed(seed)
+
+
+class TensorBatch(NamedTuple):
+    char_ids: torch.Tensor  # (batch, time, max_characters_per_token) int64
+    lengths: torch.Tensor  # (batch,) int64
+    token_ids: torch.Tensor  # (batch, time) int64, UNK_ID past each length
+
+    @property
+    def predictions(self) -> int:
+        """Per direction: every token plus the sentence boundary."""
+        return int(self.lengths.sum()) + len(self.lengths)
+
+
+def to_tensors(sentences: Sequence[Sentence], vocab: Vocabulary, max_characters: int) -> TensorBatch:
+    lengths = [len(s) for s in sentences]
+    token_ids = numpy.full((len(sentences), max(lengths)), UNK_ID, dtype=numpy.int64)
+    for row, sentence in enumerate(sentences):
+        token_ids[row, : len(sentence)] = vocab.ids(sentence)
+    char_ids = torch.from_numpy(batch_to_char_ids(sentences, max_characters).astype(numpy.int64))
+    return TensorBatch(char_ids, torch.tensor(lengths, dtype=torch.long), torch.from_numpy(token_ids))

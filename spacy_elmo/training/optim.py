@@ -1,0 +1,39 @@
+"""Optimizer and learning-rate schedule of pretraining."""
+import math
+from typing import Iterable
+
+import torch
+
+from .config import OptimizerSettings, ScheduleSettings
+
+
+def make_optimizer(settings: OptimizerSettings, parameters: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """Adagrad (bilm-tf's choice, with its starting accumulator) or Adam."""
+    if settings.name == "adagrad":
+        return torch.optim.Adagrad(
+            parameters,
+            lr=settings.learning_rate,
+            initial_accumulator_value=settings.initial_accumulator,
+            eps=settings.eps,
+            weight_decay=settings.weight_decay,
+        )
+    return torch.optim.Adam(
+        parameters,
+        lr=settings.learning_rate,
+        betas=(settings.beta1, settings.beta2),
+        eps=settings.eps,
+        weight_decay=settings.weight_decay,
+    )
+
+
+def learning_rate_factor(schedule: ScheduleSettings, step: int, max_steps: int) -> float:
+    """Multiplier of the base learning rate for optimizer step `step` (1-based)."""
+    if schedule.warmup_steps and step <= schedule.warmup_steps:
+        return step / schedule.warmup_steps
+    if schedule.decay == "inverse_sqrt":
+        return math.sqrt(max(schedule.warmup_steps, 1) / step)
+    if schedule.decay == "linear":
+        span = max(max_steps - schedule.warmup_steps, 1)
+        progress = min((step - schedule.warmup_steps) / span, 1.0)
+        return 1.0 - (1.0 - schedule.final_fraction) * progress
+    return 1.0

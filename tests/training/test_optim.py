@@ -1,0 +1,36 @@
+"""Learning-rate schedules and optimizer choice."""
+import math
+
+import pytest
+import torch
+
+from spacy_elmo.training.config import OptimizerSettings, ScheduleSettings
+from spacy_elmo.training.optim import learning_rate_factor, make_optimizer
+
+
+def test_warmup_then_constant():
+    schedule = ScheduleSettings(warmup_steps=4)
+    assert [learning_rate_factor(schedule, s, 0) for s in (1, 2, 4, 5, 100)] == [0.25, 0.5, 1.0, 1.0, 1.0]
+
+
+def test_linear_decay_reaches_the_final_fraction_at_max_steps():
+    schedule = ScheduleSettings(warmup_steps=10, decay="linear", final_fraction=0.1)
+    assert learning_rate_factor(schedule, 10, 110) == 1.0
+    assert learning_rate_factor(schedule, 60, 110) == pytest.approx(0.55)
+    assert learning_rate_factor(schedule, 110, 110) == pytest.approx(0.1)
+    assert learning_rate_factor(schedule, 500, 110) == pytest.approx(0.1)
+
+
+def test_inverse_sqrt_decay_after_warmup():
+    schedule = ScheduleSettings(warmup_steps=100, decay="inverse_sqrt")
+    assert learning_rate_factor(schedule, 100, 0) == 1.0
+    assert learning_rate_factor(schedule, 400, 0) == pytest.approx(math.sqrt(100 / 400))
+
+
+def test_optimizers_follow_the_settings():
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    adagrad = make_optimizer(OptimizerSettings(name="adagrad", learning_rate=0.2, initial_accumulator=1.0), params)
+    assert isinstance(adagrad, torch.optim.Adagrad)
+    assert adagrad.defaults["initial_accumulator_value"] == 1.0 and adagrad.defaults["lr"] == 0.2
+    adam = make_optimizer(OptimizerSettings(name="adam", learning_rate=0.001, beta2=0.98), params)
+    assert isinstance(adam, torch.optim.Adam) and adam.defaults["betas"] == (0.9, 0.98)

@@ -1,0 +1,80 @@
+"""Pretraining across processes: a SIGKILLed run resumes exactly, and a 2-process torchrun
+run takes the same steps as a single process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy
+import torch
+
+from elmo_testing import REPO, write_tiny_pretrain_config
+from spacy_elmo.training.config import load_config
+from spacy_elmo.training.trainer import pretrain
+
+SAMPLED = {"head.type": "sampled", "head.n_samples": 5}
+
+
+def run_cli(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kwargs)
+
+
+def weights(model_dir):
+    with numpy.load(model_dir / "weights.npz") as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def records(output_dir):
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def last_logged_step(output_dir):
+    try:
+        lines = (output_dir / "metrics.jsonl").read_text().splitlines()
+        return max(json.loads(line)["step"] for line in lines[:-1]) if len(lines) > 1 else 0
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def test_a_run_killed_between_checkpoints_resumes_to_the_same_weights(toy_corpus, tmp_path):
+    config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, SAMPLED, max_steps=60, dropout=0.2, eval_every=10, checkpoint_every=10)
+    straight = run_cli("pretrain", config, tmp_path / "straight", "--no-progress")
+    assert straight.returncode == 0, straight.stderr
+
+    killed_dir = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(killed_dir), "--no-progress"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while last_logged_step(killed_dir) < 15 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    checkpoint_step = json.loads((killed_dir / "model-last" / "training.json").read_text())["step"]
+    assert 10 <= checkpoint_step < 60
+
+    resumed = run_cli("pretrain", config, killed_dir, "--no-progress", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    expected, actual = weights(tmp_path / "straight" / "model-last"), weights(killed_dir / "model-last")
+    assert all(numpy.array_equal(expected[name], actual[name]) for name in expected)
+    steps = [r["step"] for r in records(killed_dir) if "loss" in r]
+    assert steps == list(range(1, 61))  # records written after the checkpoint by the killed run were dropped
+
+
+def test_two_gloo_processes_take_the_same_steps_as_one(toy_corpus, tmp_path):
+    config_path = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, max_steps=8, dropout=0.0, eval_every=4, checkpoint_every=4)
+    pretrain(load_config(config_path), tmp_path / "single", progress_bar=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "spacy_elmo", "pretrain", str(config_path), str(tmp_path / "double"), "--no-progress"]
+    result = subprocess.run(launch, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(torch.load(tmp_path / "double" / "checkpoints" / "last.pt", weights_only=True)["rng"]) == 2
+    single = [r for r in records(tmp_path / "single") if "loss" in r]
+    double = [r for r in records(tmp_path / "double") if "loss" in r]
+    assert [(r["step"], r["tokens"]) for r in single] == [(r["step"], r["tokens"]) for r in double]
+    assert numpy.allclose([r["loss"] for r in single], [r["loss"] for r in double], rtol=1e-5)
+    expected, actual = weights(tmp_path / "single" / "model-last"), weights(tmp_path / "double" / "model-last")
+    assert max(float(numpy.abs(expected[n] - actual[n]).max()) for n in expected) < 1e-5
+    dev = [[r["dev_mean"] for r in records(tmp_path / name) if "dev_mean" in r] for name in ("single", "double")]
+    assert numpy.allclose(dev[0], dev[1], rtol=1e-5)

@@ -1,0 +1,138 @@
+"""The pretraining loop: it learns, reports exact perplexity, checkpoints and resumes exactly."""
+import json
+import math
+
+import numpy
+import pytest
+import torch
+
+from elmo_testing import DEMO_PRETRAIN_CONFIG, golden_dir, tiny_pretrain_overrides
+from spacy_elmo.io import ModelFileError, load_model
+from spacy_elmo.nn.objective import BOS_ID, EOS_ID
+from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
+from spacy_elmo.training.config import load_config
+from spacy_elmo.training.data import BatchStream, read_sentences, to_tensors, train_shards
+from spacy_elmo.training.trainer import pretrain
+
+
+def config_for(corpus, **training):
+    return load_config(DEMO_PRETRAIN_CONFIG, tiny_pretrain_overrides(corpus, **training))
+
+
+def with_overrides(corpus, extra, **training):
+    return load_config(DEMO_PRETRAIN_CONFIG, {**tiny_pretrain_overrides(corpus, **training), **extra})
+
+
+def metrics(output_dir):
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(model_dir):
+    with numpy.load(model_dir / "weights.npz") as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def test_a_tiny_model_trains_and_its_dev_perplexity_falls(toy_corpus, tmp_path):
+    done = pretrain(config_for(toy_corpus), tmp_path / "out", progress_bar=False)
+    assert done.step == 30 and done.tokens > 0
+    dev = [r["dev_mean"] for r in metrics(tmp_path / "out") if "dev_mean" in r]
+    assert len(dev) == 3 and dev[0] > dev[1] > dev[2] and dev[2] < 0.8 * dev[0]
+    train = [r for r in metrics(tmp_path / "out") if "loss" in r]
+    assert [r["step"] for r in train] == list(range(1, 31))
+    assert train[-1]["loss"] < train[0]["loss"] and train[0]["tokens_per_second"] > 0
+    info = json.loads((tmp_path / "out" / "model-best" / "training.json").read_text())
+    assert info["dev_mean"] == pytest.approx(min(dev)) and info["step"] == done.best_step
+    assert load_model(tmp_path / "out" / "model-last").config.projection_dim == 8
+
+
+def exact_perplexity(model_dir, sentences):
+    """The mean perplexity, computed sentence by sentence from the full softmax."""
+    objective, vocab = load_trained_model(model_dir)
+    nll, predictions = 0.0, 0
+    with torch.no_grad():
+        for sentence in sentences:
+            batch = to_tensors([sentence], vocab, 50)
+            forward_top, backward_top = objective.bilm.top_states(batch.char_ids, batch.lengths)
+            framed = [BOS_ID] + vocab.ids(sentence) + [EOS_ID]
+            forward = objective.head.log_probs(forward_top[0])
+            backward = objective.head.log_probs(backward_top[0])
+            for j in range(len(framed) - 1):
+                nll -= float(forward[j, framed[j + 1]]) + float(backward[j + 1, framed[j]])
+            predictions += 2 * (len(framed) - 1)
+    return math.exp(nll / predictions)
+
+
+def test_sampled_softmax_training_reports_exact_perplexity(toy_corpus, tmp_path):
+    config = with_overrides(toy_corpus, {"head.type": "sampled", "head.n_samples": 5}, max_steps=20, eval_every=20)
+    pretrain(config, tmp_path / "out", progress_bar=False)
+    reported = [r for r in metrics(tmp_path / "out") if "dev_mean" in r][-1]
+    dev = read_sentences(toy_corpus / "dev.txt", 64)
+    assert reported["dev_mean"] == pytest.approx(exact_perplexity(tmp_path / "out" / "model-best", dev), rel=1e-5)
+    assert reported["dev_mean"] == pytest.approx(math.sqrt(reported["dev_forward"] * reported["dev_backward"]), rel=1e-9)
+
+
+def test_checkpoints_hold_the_full_state_and_load_without_unpickling(toy_corpus, tmp_path):
+    pretrain(config_for(toy_corpus, max_steps=10), tmp_path / "out", progress_bar=False)
+    path = tmp_path / "out" / "checkpoints" / "last.pt"
+    raw = torch.load(path, weights_only=True)
+    assert raw["progress"]["step"] == 10 and len(raw["rng"]) == 1
+    assert raw["optimizer"]["state"] and "head.weight" in raw["objective"]
+    assert load_checkpoint(tmp_path / "out" / "checkpoints" / "best.pt")["progress"]["best_step"] == 10
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ModelFileError, match="not a readable checkpoint"):
+        load_checkpoint(path)
+
+
+def test_resuming_with_a_larger_budget_equals_one_longer_run(toy_corpus, tmp_path):
+    extra = {"head.type": "sampled", "head.n_samples": 5}  # sampling and dropout use the RNG
+    pretrain(with_overrides(toy_corpus, extra, max_steps=24, dropout=0.2), tmp_path / "straight", progress_bar=False)
+    pretrain(with_overrides(toy_corpus, extra, max_steps=13, dropout=0.2), tmp_path / "resumed", progress_bar=False)
+    pretrain(with_overrides(toy_corpus, extra, max_steps=24, dropout=0.2), tmp_path / "resumed", resume=True, progress_bar=False)
+    straight, resumed = weights(tmp_path / "straight" / "model-last"), weights(tmp_path / "resumed" / "model-last")
+    assert all(numpy.array_equal(straight[name], resumed[name]) for name in straight)
+    losses = [[(r["step"], r["loss"]) for r in metrics(tmp_path / name) if "loss" in r] for name in ("straight", "resumed")]
+    assert losses[0] == losses[1] and len(losses[0]) == 24
+
+
+def test_a_training_is_not_overwritten_or_resumed_with_another_config(toy_corpus, tmp_path):
+    pretrain(config_for(toy_corpus, max_steps=2), tmp_path / "out", progress_bar=False)
+    with pytest.raises(ValueError, match="--resume"):
+        pretrain(config_for(toy_corpus, max_steps=2), tmp_path / "out", progress_bar=False)
+    with pytest.raises(ValueError, match="cannot resume: \\[training\\] dropout"):
+        pretrain(config_for(toy_corpus, max_steps=4, dropout=0.3), tmp_path / "out", resume=True, progress_bar=False)
+    with pytest.raises(ModelFileError, match="checkpoint not found"):
+        pretrain(config_for(toy_corpus), tmp_path / "fresh", resume=True, progress_bar=False)
+
+
+def test_an_epoch_budget_stops_at_the_end_of_the_data(toy_corpus, tmp_path):
+    done = pretrain(config_for(toy_corpus, max_steps=0, max_epochs=1), tmp_path / "out", progress_bar=False)
+    config = config_for(toy_corpus)
+    stream = BatchStream(train_shards(toy_corpus), config.batching.tokens_per_batch, config.batching.max_sentence_tokens, config.batching.bucket_batches, 0)
+    batches = 0
+    while stream.upcoming_epoch() == 0:
+        next(stream)
+        batches += 1
+    assert done.step == batches and done.position.epoch == 0
+
+
+def test_init_from_starts_from_an_existing_model(toy_corpus, tmp_path, tiny_model_dir):
+    config = with_overrides(toy_corpus, {"paths.init_from": str(tiny_model_dir), "optimizer.learning_rate": 1e-9}, max_steps=2, dropout=0.0)
+    pretrain(config, tmp_path / "out", progress_bar=False)
+    source, trained = weights(tiny_model_dir), weights(tmp_path / "out" / "model-last")
+    assert sorted(source) == sorted(trained)
+    assert all(numpy.allclose(source[name], trained[name], atol=1e-6) for name in source)
+
+
+def test_init_from_public_weights(toy_corpus, tmp_path):
+    public = golden_dir("allennlp")
+    config = with_overrides(
+        toy_corpus,
+        {"paths.init_from": str(public / "lm_weights.hdf5"), "paths.init_options": str(public / "options.json")},
+        max_steps=2,
+    )
+    pretrain(config, tmp_path / "out", progress_bar=False)
+    trained = load_model(tmp_path / "out" / "model-last")
+    assert trained.config.lstm_dim != 16  # the shape came from the public model, not [model]
+    missing_options = with_overrides(toy_corpus, {"paths.init_from": str(public / "lm_weights.hdf5")}, max_steps=2)
+    with pytest.raises(ValueError, match="init_options"):
+        pretrain(missing_options, tmp_path / "other", progress_bar=False)
