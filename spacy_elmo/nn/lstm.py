@@ -76,20 +76,33 @@ class ProjectedLSTM(nn.Module):
         input_gates = self._input_gates(inputs.transpose(0, 1).contiguous(), weights)
         if self.forget_bias:
             input_gates[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
-        outputs = inputs.new_zeros(time, batch, self.output_dim)
-        in_place = not torch.is_grad_enabled()
-        if in_place:
-            h, c = h.clone(), c.clone()
-        for t, n in enumerate(batch_sizes):
-            gates = self._add_recurrent_gates(input_gates[t, :n], h[:n], weights)
-            h_t, c_t = self._step_in_place(gates, c[:n]) if in_place else self._step(gates, c[:n])
-            outputs[t, :n] = h_t
-            if in_place:
-                h[:n], c[:n] = h_t, c_t
-            elif n < batch:
+        if not torch.is_grad_enabled():
+            return self._run_in_place(input_gates, h, c, batch_sizes, weights)
+        steps = []
+        # unbind: one backward node for all steps (slicing step t out of the whole
+        # tensor would make autograd allocate a full-size gradient once per step)
+        for t, (step_gates, n) in enumerate(zip(input_gates.unbind(0), batch_sizes)):
+            gates = self._add_recurrent_gates(step_gates[:n], h[:n], weights)
+            h_t, c_t = self._step(gates, c[:n])
+            steps.append(h_t)
+            if n < batch:
                 h, c = torch.cat([h_t, h[n:]]), torch.cat([c_t, c[n:]])
             else:
                 h, c = h_t, c_t
+        return _time_major(steps, batch_sizes, batch).transpose(0, 1), (h, c)
+
+    def _run_in_place(
+        self, input_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor, batch_sizes: List[int], weights: GateWeights
+    ) -> Tuple[torch.Tensor, LSTMState]:
+        """The time loop without autograd, writing outputs and state in place."""
+        time, batch = input_gates.shape[:2]
+        outputs = input_gates.new_zeros(time, batch, self.output_dim)
+        h, c = h.clone(), c.clone()
+        for t, n in enumerate(batch_sizes):
+            gates = self._add_recurrent_gates(input_gates[t, :n], h[:n], weights)
+            h_t, c_t = self._step_in_place(gates, c[:n])
+            outputs[t, :n] = h_t
+            h[:n], c[:n] = h_t, c_t
         return outputs.transpose(0, 1), (h, c)
 
     def _gate_weights(self) -> GateWeights:
@@ -139,3 +152,13 @@ class ProjectedLSTM(nn.Module):
             if self.proj_clip is not None:
                 h = h.clamp(-self.proj_clip, self.proj_clip)
         return h
+
+
+def _time_major(steps: List[torch.Tensor], batch_sizes: List[int], batch: int) -> torch.Tensor:
+    """Per-step outputs, step t (batch_sizes[t], P), -> (time, batch, P), zero past each row's
+    end. One differentiable copy: writing each step into a slice of a preallocated tensor
+    would make autograd clone the whole tensor once per step."""
+    flat = torch.cat(steps)
+    rows = torch.cat([torch.arange(n) + t * batch for t, n in enumerate(batch_sizes)]).to(flat.device)
+    out = flat.new_zeros(len(batch_sizes) * batch, flat.shape[1]).index_copy(0, rows, flat)
+    return out.view(len(batch_sizes), batch, flat.shape[1])

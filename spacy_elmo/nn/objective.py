@@ -58,7 +58,10 @@ class BiLMObjective(nn.Module):
         framed[torch.arange(batch, device=framed.device), lengths + 1] = EOS_ID
         positions = torch.arange(time + 1, device=framed.device).unsqueeze(0)
         valid = positions <= lengths.unsqueeze(1)  # (batch, time + 1): n + 1 predictions per row
-        # forward: state at j predicts token j + 1; backward: state at j + 1 predicts token j
-        forward_nll = self.head(forward_top[:, : time + 1][valid], framed[:, 1:][valid]).sum()
-        backward_nll = self.head(backward_top[:, 1:][valid], framed[:, : time + 1][valid]).sum()
-        return LMLoss(forward_nll, backward_nll, int(valid.sum()))
+        # forward: state at j predicts token j + 1; backward: state at j + 1 predicts token j.
+        # One head call for both directions (one gradient of the large softmax matrix).
+        hidden = torch.cat([forward_top[:, : time + 1][valid], backward_top[:, 1:][valid]])
+        targets = torch.cat([framed[:, 1:][valid], framed[:, : time + 1][valid]])
+        nll = self.head(hidden, targets)
+        predictions = int(valid.sum())
+        return LMLoss(nll[:predictions].sum(), nll[predictions:].sum(), predictions)
