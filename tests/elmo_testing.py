@@ -1,4 +1,5 @@
 """Helpers shared by the tests: paths to the reference data and small random models."""
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,8 @@ def write_tiny_pretrain_config(path: Path, corpus_dir: Path, extra: dict = None,
     overrides = {**tiny_pretrain_overrides(corpus_dir, **training), **(extra or {})}
     Config().from_disk(DEMO_PRETRAIN_CONFIG, overrides=overrides).to_disk(path)
     return path
+
+
+def plain(output: str) -> str:
+    """CLI output without rich's box drawing and line wrapping."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())

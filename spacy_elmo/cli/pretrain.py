@@ -7,11 +7,11 @@ from typing import Optional
 import typer
 from spacy.cli._util import parse_config_overrides
 
-from ..training.checkpoint import load_trained_model
+from ..training.checkpoint import load_trained_model, trained_max_sentence_tokens
 from ..training.config import load_config
 from ..training.data import read_sentences
 from ..training.perplexity import perplexity
-from ..training.trainer import clear_training, pretrain as run_pretraining
+from ..training.trainer import pretrain as run_pretraining
 from .app import app, clean_errors
 
 
@@ -33,13 +33,15 @@ def pretrain(
     overrides = parse_config_overrides(ctx.args)
     if init_from is not None:
         overrides["paths.init_from"] = str(init_from)
+        ctx.args.extend(["--paths.init_from", str(init_from)])
     with clean_errors():
-        if resume and overwrite:
-            raise ValueError("--resume and --overwrite exclude each other")
         config = load_config(config_path, overrides)
-        if overwrite:
-            clear_training(output_dir)
-        done = run_pretraining(config, output_dir, resume=resume, progress_bar=progress)
+        try:
+            done = run_pretraining(config, output_dir, resume=resume, overwrite=overwrite, progress_bar=progress)
+        except KeyboardInterrupt:
+            again = " ".join(["python -m spacy_elmo pretrain", str(config_path), str(output_dir), *ctx.args, "--resume"])
+            typer.echo(f"Interrupted; a checkpoint was saved. Continue with: {again}", err=True)
+            raise typer.Exit(130)
     best = f"{done.best_dev_perplexity:.2f} at step {done.best_step}" if done.best_dev_perplexity else "n/a (no dev set)"
     typer.echo(
         f"Trained {done.step} steps, {done.tokens:,} tokens in {done.elapsed_seconds:.0f} s "
@@ -52,14 +54,16 @@ def evaluate(
     model_dir: Path = typer.Argument(..., help="A pretraining model directory (model-best/ or model-last/)"),
     text: Path = typer.Argument(..., help="Sentences to score, one per line, tokens separated by spaces (e.g. corpus/test.txt)"),
     output: Optional[Path] = typer.Option(None, help="Write the figures to this JSON file"),
-    tokens_per_batch: int = typer.Option(4096, help="Padded tokens per batch"),
-    max_sentence_tokens: int = typer.Option(100, help="Longer sentences are scored in pieces of this many tokens"),
+    tokens_per_batch: int = typer.Option(4096, min=1, help="Padded tokens per batch"),
+    max_sentence_tokens: Optional[int] = typer.Option(None, min=1, help="Score longer sentences in pieces of this many tokens (default: as in training)"),
 ) -> None:
     """Exact forward, backward and mean perplexity of a trained biLM on a text."""
     with clean_errors():
         if not text.is_file():
             raise ValueError(f"{text}: file not found")
         objective, vocab = load_trained_model(model_dir)
+        if max_sentence_tokens is None:
+            max_sentence_tokens = trained_max_sentence_tokens(model_dir)
         sentences = read_sentences(text, max_sentence_tokens)
         result = perplexity(objective, sentences, vocab, tokens_per_batch)
     figures = {**result.as_dict(), "sentences": len(sentences), "model": str(model_dir), "text": str(text)}

@@ -58,15 +58,15 @@ class LSTMStack(nn.Module):
         dropout: float = 0.0,
     ) -> Tuple[List[torch.Tensor], List[LSTMState]]:
         """(batch, time, P) sorted by length -> n_layers outputs (batch, time, P) and each
-        layer's final (h, c). `dropout` (training) applies to each layer's input, not to the
-        residual, as bilm-tf's dropout wrapper inside its residual wrapper."""
+        layer's final (h, c). `dropout` (training) applies to each layer's input, and the
+        residual adds the dropped input, as bilm-tf's DropoutWrapper(ResidualWrapper(cell))."""
         outputs, finals = [], []
         x = inputs
         for index, layer in enumerate(self.layers):
             layer_input = nn.functional.dropout(x, dropout) if dropout else x
             y, final = layer(layer_input, batch_sizes, state[index] if state is not None else None)
             if self.use_skip_connections and index > 0:
-                y = y + x
+                y = y + layer_input
             outputs.append(y)
             finals.append(final)
             x = y

@@ -28,7 +28,8 @@ class BiLMObjective(nn.Module):
     """The biLM and its shared softmax head.
 
     In training mode, `dropout` applies to every LSTM layer's input and to the top
-    states before the softmax, as in bilm-tf."""
+    states before the softmax, as in bilm-tf. Both directions go through one head call,
+    so a sampled head draws one set of negatives for both (bilm-tf draws one per direction)."""
 
     def __init__(self, bilm: BiLM, head: FullSoftmax, dropout: float = 0.0) -> None:
         super().__init__()

@@ -9,6 +9,7 @@ else. A model directory (`model-last/`, `model-best/`) is what the `elmo` compon
 `training.json`.
 """
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -38,6 +39,8 @@ class Progress:
     """Training tokens seen (all processes)."""
     best_dev_perplexity: Optional[float] = None
     best_step: int = 0
+    window: List[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
+    """Since the last metrics line: summed NLL, predictions, tokens, step seconds."""
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -56,10 +59,13 @@ def save_checkpoint(
     progress: Progress,
     rng: List[List[torch.Tensor]],
     config: Dict[str, Any],
+    corpus: Dict[str, Any],
 ) -> None:
-    """Write atomically: a crash leaves the previous checkpoint intact."""
+    """Write atomically: a crash leaves the previous checkpoint intact. `corpus`
+    identifies the training data (see `corpus_fingerprint`)."""
     content = {
         "format": CHECKPOINT_FORMAT,
+        "corpus": corpus,
         "objective": {name: t.detach().cpu() for name, t in objective.state_dict().items()},
         "optimizer": optimizer.state_dict(),
         "progress": progress.to_dict(),
@@ -69,6 +75,7 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     try:
+        os.chmod(temporary, 0o644)
         with os.fdopen(handle, "wb") as out:
             torch.save(content, out)
             out.flush()
@@ -98,6 +105,7 @@ def save_trained_model(
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + ".new-"))
     try:
+        os.chmod(staging, 0o755)
         save_model(objective.bilm, staging)
         save_lm_head(objective.head.weight, objective.head.bias, staging)
         vocab.to_file(staging / "vocab.txt")
@@ -132,3 +140,23 @@ def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Voca
     head = FullSoftmax(bilm.config.projection_dim, len(vocab))
     head.load_state_dict({"weight": weight, "bias": bias})
     return BiLMObjective(bilm, head).eval(), vocab
+
+
+def trained_max_sentence_tokens(model_dir: Union[str, Path], default: int = 100) -> int:
+    """The sentence-piece length the model was trained and evaluated with."""
+    path = Path(model_dir) / "training.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_sentence_tokens")
+    except (OSError, ValueError, AttributeError):
+        return default
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def corpus_fingerprint(vocab_path: Path, shards: List[Path]) -> Dict[str, Any]:
+    """What a resumed run must find again: the vocabulary (size and hash) and the shard names."""
+    data = vocab_path.read_bytes()
+    return {
+        "vocab_size": data.count(b"\n"),
+        "vocab_sha256": hashlib.sha256(data).hexdigest(),
+        "shards": [shard.name for shard in shards],
+    }

@@ -5,6 +5,7 @@ Sections: `[paths]` (corpus, init_from), `[model]` (a `BiLMConfig`), `[head]`,
 its name, type and range, so a typo fails at load time, not an hour into training.
 """
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Type, TypeVar, Union, get_type_hints
@@ -115,7 +116,7 @@ class TrainingSettings:
         _check(min(self.max_steps, self.max_seconds, self.max_epochs) >= 0, "training budgets must not be negative")
         _check(self.max_steps or self.max_seconds or self.max_epochs, "set a budget: training.max_steps, max_seconds or max_epochs")
         _check(min(self.eval_every, self.checkpoint_every, self.log_every) >= 1, "eval_every, checkpoint_every and log_every must be positive")
-        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), f"training.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
+        _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device), f"training.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         _check(self.num_threads >= 0, "training.num_threads must not be negative")
 
 

@@ -153,7 +153,7 @@ class BatchStream:
 
     def _settle(self) -> DataPosition:
         """Move `position` past exhausted shards onto the next batch that exists."""
-        for _ in range(len(self.shards) + 1):
+        for _ in range(2 * len(self.shards) + 1):  # may cross one epoch boundary past empty shards
             epoch, shard, index = self.position
             if index < len(self._shard_batches(epoch, shard)):
                 return self.position
@@ -182,11 +182,6 @@ class TensorBatch(NamedTuple):
     char_ids: torch.Tensor  # (batch, time, max_characters_per_token) int64
     lengths: torch.Tensor  # (batch,) int64
     token_ids: torch.Tensor  # (batch, time) int64, UNK_ID past each length
-
-    @property
-    def predictions(self) -> int:
-        """Per direction: every token plus the sentence boundary."""
-        return int(self.lengths.sum()) + len(self.lengths)
 
 
 def to_tensors(sentences: Sequence[Sentence], vocab: Vocabulary, max_characters: int) -> TensorBatch:

@@ -5,17 +5,22 @@ gradients are summed across processes with one all-reduce per step, so a step eq
 the single-process step on the whole global batch. gloo on CPU, nccl on GPU; only rank
 0 writes files.
 """
+import datetime
 import os
+import re
 from typing import List, NamedTuple
 
 import torch
 import torch.distributed as dist
 
 
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=1)
+"""How long a process waits for the others (rank 0 may be writing a large checkpoint)."""
+
+
 class Process(NamedTuple):
     rank: int = 0
     world_size: int = 1
-    local_rank: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -28,8 +33,8 @@ def start_process(device: torch.device) -> Process:
     if world_size <= 1:
         return Process()
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return Process(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=COLLECTIVE_TIMEOUT)
+    return Process(dist.get_rank(), dist.get_world_size())
 
 
 def stop_process(process: Process) -> None:
@@ -41,13 +46,20 @@ def pick_device(setting: str) -> torch.device:
     """"cpu", "cuda", "cuda:N" or "auto"; under torchrun "cuda" means this process's LOCAL_RANK GPU."""
     if setting == "auto":
         setting = "cuda" if torch.cuda.is_available() else "cpu"
-    if setting.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"training.device = {setting!r} but torch sees no CUDA device")
-        if setting == "cuda":
-            setting = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-        torch.cuda.set_device(torch.device(setting))
-    return torch.device(setting)
+    if setting == "cpu":
+        return torch.device("cpu")
+    if not re.fullmatch(r"cuda(:\d+)?", setting):
+        raise ValueError(f"training.device must be cpu, cuda, cuda:N or auto, got {setting!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"training.device = {setting!r} but torch sees no CUDA device")
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if setting != "cuda" and several:
+        raise ValueError(f"training.device = {setting!r} would put every torchrun process on one GPU; use 'cuda'")
+    index = int(os.environ.get("LOCAL_RANK", "0")) if setting == "cuda" else int(setting.split(":")[1])
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"GPU {index} asked for, torch sees {torch.cuda.device_count()}")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def sum_gradients(parameters: List[torch.nn.Parameter], process: Process) -> None:

@@ -1,5 +1,4 @@
 """Exact (fully normalized) perplexity of a biLM over tokenized sentences."""
-import contextlib
 import math
 from typing import Dict, NamedTuple, Sequence
 
@@ -9,16 +8,61 @@ from ..nn.objective import BiLMObjective
 from .data import Sentence, Vocabulary, budget_batches, to_tensors
 
 
+class NLLSums(NamedTuple):
+    """Summed negative log-likelihoods (nats); partial sums of processes add up."""
+
+    forward: float
+    backward: float
+    predictions: int
+    """Per direction: tokens plus one sentence boundary per sentence."""
+
+
 class Perplexity(NamedTuple):
     forward: float
     backward: float
     mean: float
     """exp of the mean of both directions' per-token NLL (bilm-tf's reported figure)."""
     predictions: int
-    """Per direction: tokens plus one sentence boundary per sentence."""
+
+    @classmethod
+    def from_sums(cls, sums: NLLSums) -> "Perplexity":
+        n = sums.predictions
+        return cls(_exp(sums.forward / n), _exp(sums.backward / n), _exp((sums.forward + sums.backward) / (2 * n)), n)
 
     def as_dict(self, prefix: str = "") -> Dict[str, float]:
         return {f"{prefix}{name}": value for name, value in self._asdict().items()}
+
+
+def _exp(x: float) -> float:
+    """exp, inf for a diverged model instead of an OverflowError."""
+    return math.exp(x) if x < 700 else math.inf
+
+
+def nll_sums(
+    objective: BiLMObjective,
+    sentences: Sequence[Sentence],
+    vocab: Vocabulary,
+    tokens_per_batch: int = 4096,
+    device: torch.device = torch.device("cpu"),
+) -> NLLSums:
+    """Both directions' NLL over `sentences` with the full softmax, whatever head trained
+    the model, in fp32 (the objective is put in eval mode for the call)."""
+    was_training = objective.training
+    objective.eval()
+    forward = backward = 0.0
+    predictions = 0
+    ordered = sorted(sentences, key=len, reverse=True)
+    try:
+        with torch.no_grad():
+            for batch in budget_batches(ordered, tokens_per_batch):
+                tensors = to_tensors(batch, vocab, objective.bilm.config.max_characters_per_token)
+                result = objective(*(t.to(device) for t in tensors))
+                forward += float(result.forward_nll)
+                backward += float(result.backward_nll)
+                predictions += result.predictions
+    finally:
+        objective.train(was_training)
+    return NLLSums(forward, backward, predictions)
 
 
 def perplexity(
@@ -27,31 +71,8 @@ def perplexity(
     vocab: Vocabulary,
     tokens_per_batch: int = 4096,
     device: torch.device = torch.device("cpu"),
-    autocast: bool = False,
 ) -> Perplexity:
-    """Perplexities of the forward LM, the backward LM and both, with the full softmax
-    whatever head trained the model (the objective is put in eval mode for the call)."""
+    """Exact forward, backward and mean perplexity over `sentences`."""
     if not sentences:
         raise ValueError("no sentences to evaluate on")
-    was_training = objective.training
-    objective.eval()
-    forward_nll = backward_nll = 0.0
-    predictions = 0
-    ordered = sorted(sentences, key=len, reverse=True)
-    precision = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    try:
-        with torch.no_grad(), precision:
-            for batch in budget_batches(ordered, tokens_per_batch):
-                tensors = to_tensors(batch, vocab, objective.bilm.config.max_characters_per_token)
-                result = objective(*(t.to(device) for t in tensors))
-                forward_nll += float(result.forward_nll)
-                backward_nll += float(result.backward_nll)
-                predictions += result.predictions
-    finally:
-        objective.train(was_training)
-    return Perplexity(
-        math.exp(forward_nll / predictions),
-        math.exp(backward_nll / predictions),
-        math.exp((forward_nll + backward_nll) / (2 * predictions)),
-        predictions,
-    )
+    return Perplexity.from_sums(nll_sums(objective, sentences, vocab, tokens_per_batch, device))

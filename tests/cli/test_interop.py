@@ -1,6 +1,5 @@
 """convert / export / dump / warm: interop with the public format and `allennlp elmo`."""
 import json
-import re
 import subprocess
 import sys
 
@@ -11,17 +10,12 @@ import spacy
 import torch
 from typer.testing import CliRunner
 
-from elmo_testing import random_bilm
+from elmo_testing import plain, random_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.io import load_public_model, save_model
 from spacy_elmo.nn import batch_to_char_ids
 
 runner = CliRunner()
-
-
-def plain(output: str) -> str:
-    """CLI output without rich's box drawing and line wrapping."""
-    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())
 
 
 def invoke(*args):

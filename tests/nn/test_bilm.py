@@ -3,7 +3,7 @@ skip connections, helpers and the stateful wrapper."""
 import pytest
 import torch
 
-from elmo_testing import TINY_SETTINGS
+from elmo_testing import TINY_SETTINGS, random_bilm
 from spacy_elmo.nn.bilm import BiLM, StatefulBiLM, reverse_within_length, running_rows
 from spacy_elmo.nn.chars import batch_to_char_ids
 from spacy_elmo.nn.config import BiLMConfig
@@ -479,3 +479,20 @@ def test_stateful_state_does_not_carry_the_autograd_graph():
     runner(ids, lengths).layers.sum().backward()
     assert not runner.state[0][0][0].requires_grad, "carried state still holds the autograd graph"
     runner(ids, lengths).layers.sum().backward()  # would raise if the first graph were still attached
+
+
+def test_stack_dropout_drops_each_layer_input_and_the_residual_adds_the_dropped_input():
+    bilm = random_bilm().train()
+    stack = bilm.forward_stack
+    x = torch.randn(3, 5, bilm.config.projection_dim)
+    sizes = [3, 3, 3, 3, 3]
+    torch.manual_seed(7)
+    outputs, _ = stack(x, sizes, dropout=0.5)
+    torch.manual_seed(7)
+    dropped0 = torch.nn.functional.dropout(x, 0.5)
+    y0, _ = stack.layers[0](dropped0, sizes)
+    dropped1 = torch.nn.functional.dropout(y0, 0.5)
+    y1, _ = stack.layers[1](dropped1, sizes)
+    torch.testing.assert_close(outputs[0], y0)
+    torch.testing.assert_close(outputs[1], y1 + dropped1)
+    assert not torch.equal(dropped1, y0)

@@ -90,5 +90,17 @@ def test_to_tensors_pads_token_ids_and_counts_predictions():
     assert batch.char_ids.shape == (2, 3, 50)
     assert batch.lengths.tolist() == [3, 1]
     assert batch.token_ids.tolist() == [[3, 4, UNK_ID], [4, UNK_ID, UNK_ID]]
-    assert batch.predictions == 4 + 2
     assert int(batch.char_ids[1, 1:].abs().sum()) == 0
+
+
+def test_empty_shards_are_stepped_over_across_epochs(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "shard_00000.txt").write_text("a b c\nd e\n", encoding="utf-8")
+    (tmp_path / "train" / "shard_00001.txt").write_text("\n\n", encoding="utf-8")
+    stream = BatchStream(train_shards(tmp_path), 64, 10, 1, seed=0)
+    seen = [sorted(" ".join(s) for s in next(stream)) for _ in range(6)]
+    assert all(batch == ["a b c", "d e"] for batch in seen)
+    assert stream.upcoming_epoch() == 6
+    (tmp_path / "train" / "shard_00000.txt").write_text("\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="hold no sentences"):
+        next(BatchStream(train_shards(tmp_path), 64, 10, 1, seed=0))

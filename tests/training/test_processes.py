@@ -78,3 +78,24 @@ def test_two_gloo_processes_take_the_same_steps_as_one(toy_corpus, tmp_path):
     assert max(float(numpy.abs(expected[n] - actual[n]).max()) for n in expected) < 1e-5
     dev = [[r["dev_mean"] for r in records(tmp_path / name) if "dev_mean" in r] for name in ("single", "double")]
     assert numpy.allclose(dev[0], dev[1], rtol=1e-5)
+
+
+def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(toy_corpus, tmp_path):
+    config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, SAMPLED, max_steps=60, dropout=0.2, eval_every=50, checkpoint_every=50)
+    straight = run_cli("pretrain", config, tmp_path / "straight", "--no-progress")
+    assert straight.returncode == 0, straight.stderr
+    stopped_dir = tmp_path / "stopped"
+    process = subprocess.Popen([sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(stopped_dir), "--no-progress"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while last_logged_step(stopped_dir) < 8 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "--resume" in stderr
+    stopped_at = torch.load(stopped_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"]
+    assert 8 <= stopped_at < 50  # a checkpoint at the interruption, not a periodic one
+    resumed = run_cli("pretrain", config, stopped_dir, "--no-progress", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    expected, actual = weights(tmp_path / "straight" / "model-last"), weights(stopped_dir / "model-last")
+    assert all(numpy.array_equal(expected[name], actual[name]) for name in expected)

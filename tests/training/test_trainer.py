@@ -1,6 +1,7 @@
 """The pretraining loop: it learns, reports exact perplexity, checkpoints and resumes exactly."""
 import json
 import math
+import shutil
 
 import numpy
 import pytest
@@ -136,3 +137,40 @@ def test_init_from_public_weights(toy_corpus, tmp_path):
     missing_options = with_overrides(toy_corpus, {"paths.init_from": str(public / "lm_weights.hdf5")}, max_steps=2)
     with pytest.raises(ValueError, match="init_options"):
         pretrain(missing_options, tmp_path / "other", progress_bar=False)
+
+
+def test_resume_refuses_a_changed_corpus_or_a_moved_linear_schedule(toy_corpus, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(toy_corpus, corpus)
+    linear = {"schedule.decay": "linear"}
+    pretrain(with_overrides(corpus, linear, max_steps=3), tmp_path / "out", progress_bar=False)
+    with pytest.raises(ValueError, match="cannot resume: \\[training\\] max_steps was 3, is now 6"):
+        pretrain(with_overrides(corpus, linear, max_steps=6), tmp_path / "out", resume=True, progress_bar=False)
+    with (corpus / "vocab.txt").open("a", encoding="utf-8") as out:
+        out.write("newword\n")
+    with pytest.raises(ValueError, match="the corpus changed since the checkpoint \\(vocab_size differs\\)"):
+        pretrain(with_overrides(corpus, linear, max_steps=3), tmp_path / "out", resume=True, progress_bar=False)
+
+
+def test_a_fresh_run_refuses_leftovers_and_overwrite_clears_them(toy_corpus, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 9, "loss": 1.0}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="already holds a training"):
+        pretrain(config_for(toy_corpus, max_steps=2), out, progress_bar=False)
+    (out / "model-best.old").mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    pretrain(config_for(toy_corpus, max_steps=2), out, overwrite=True, progress_bar=False)
+    assert [r["step"] for r in metrics(out) if "loss" in r] == [1, 2]
+    assert not (out / "model-best.old").exists() and (out / "notes.txt").read_text() == "mine"
+    assert (out / "pretrain.cfg").is_file()
+
+
+def test_without_a_dev_set_model_best_is_the_last_model(toy_corpus, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(toy_corpus, corpus)
+    (corpus / "dev.txt").write_text("", encoding="utf-8")
+    done = pretrain(config_for(corpus, max_steps=4, eval_every=2), tmp_path / "out", progress_bar=False)
+    assert done.best_dev_perplexity is None
+    best, last = weights(tmp_path / "out" / "model-best"), weights(tmp_path / "out" / "model-last")
+    assert all(numpy.array_equal(best[name], last[name]) for name in best)
