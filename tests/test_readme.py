@@ -30,3 +30,12 @@ def test_readme_examples_run(allennlp_fixture):
     assert doc[4].similarity(other[1]) < 0.999
     torch_example = next(ns for ns in namespaces if "out" in ns)
     assert tuple(torch_example["out"].layers.shape) == (3, 2, 4, 32)
+
+
+def test_readme_project_section_is_what_spacy_project_document_writes(tmp_path):
+    from weasel.cli.document import project_document
+
+    copy = tmp_path / "README.md"
+    copy.write_text(README.read_text(encoding="utf-8"), encoding="utf-8")
+    project_document(README.parent, copy)
+    assert copy.read_text(encoding="utf-8") == README.read_text(encoding="utf-8"), "run: python -m spacy project document . --output README.md"

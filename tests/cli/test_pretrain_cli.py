@@ -31,6 +31,10 @@ def test_pretrain_then_evaluate_then_assemble(toy_corpus, tmp_path):
     expected = perplexity(objective, read_sentences(toy_corpus / "test.txt", 64), vocab)  # as in training
     assert figures["mean"] == expected.mean and figures["forward"] == expected.forward
     assert figures["sentences"] == len((toy_corpus / "test.txt").read_text().splitlines())
+    (tmp_path / "long.txt").write_text(" ".join(["the", "cat", "sees", "the", "bank"] * 16) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(tmp_path / "long.txt"), "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(output.read_text())["sentences"] == 2  # 80 tokens in pieces of 64, as in training
 
     result = runner.invoke(app, ["assemble", str(tmp_path / "out" / "model-best"), str(tmp_path / "pipe"), "--name", "toy", "--version", "1.2.3"])
     assert result.exit_code == 0, result.output
