@@ -4,6 +4,7 @@ own peak RSS). Run by hand after `spacy project run corpus`:
 
     python benchmarks/train_speed.py [--corpus corpus] [--steps 20] [--threads 2]
         [--configs configs/pretrain-demo.cfg configs/pretrain-gpu.cfg] [--device cpu]
+        [--tokens-per-batch N]
 """
 import argparse
 import json
@@ -23,9 +24,12 @@ from spacy_elmo.training.trainer import build_objective
 REPO = Path(__file__).resolve().parents[1]
 
 
-def measure(config_path: str, corpus: str, steps: int, threads: int, device: str) -> dict:
+def measure(config_path: str, corpus: str, steps: int, threads: int, device: str, tokens_per_batch: int) -> dict:
     torch.set_num_threads(threads)
-    config = load_config(config_path, {"paths.corpus": corpus})
+    overrides = {"paths.corpus": corpus}
+    if tokens_per_batch:
+        overrides["batching.tokens_per_batch"] = tokens_per_batch
+    config = load_config(config_path, overrides)
     vocab = Vocabulary.from_file(Path(corpus) / "vocab.txt")
     torch.manual_seed(0)
     objective = build_objective(config, len(vocab)).to(device)
@@ -73,14 +77,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--tokens-per-batch", type=int, default=0, help="Override every config's batch (0: as configured)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.corpus, args.steps, args.threads, args.device)))
+        print(json.dumps(measure(args.one, args.corpus, args.steps, args.threads, args.device, args.tokens_per_batch)))
         return
     print(f"{'config':34} {'params':>12} {'batch':>6} {'tokens/s':>10} {'ms/step':>9} {'peak RSS':>9} {'peak GPU':>9}")
     for config in args.configs:
-        command = [sys.executable, __file__, "--one", config, "--corpus", args.corpus, "--steps", str(args.steps), "--threads", str(args.threads), "--device", args.device]
+        command = [sys.executable, __file__, "--one", config, "--corpus", args.corpus, "--steps", str(args.steps), "--threads", str(args.threads), "--device", args.device, "--tokens-per-batch", str(args.tokens_per_batch)]
         result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
         print(
             f"{Path(result['config']).name:34} {result['parameters']:12,} {result['tokens_per_batch']:6} "

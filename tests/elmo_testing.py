@@ -98,3 +98,15 @@ def write_tiny_pretrain_config(path: Path, corpus_dir: Path, extra: dict = None,
 def plain(output: str) -> str:
     """CLI output without rich's box drawing and line wrapping."""
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())
+
+
+def install_in_fresh_venv(venv: Path, sdist: Path) -> Path:
+    """A new venv with this repository and the packaged pipeline `sdist` installed; its python."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run(pip + ["torch==2.13.0", str(REPO)], check=True, timeout=1200)
+    subprocess.run(pip + [str(sdist)], check=True, timeout=600)
+    return venv / "bin" / "python"

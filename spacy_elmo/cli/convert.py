@@ -17,16 +17,25 @@ def parse_mix(mix: str) -> Union[str, int]:
     return int(mix) if mix.lstrip("-").isdigit() else mix
 
 
+# the pipeline options `convert` and `assemble` share
+PIPELINE_DIR = typer.Argument(..., help="Where to write the spaCy pipeline")
+LANG = typer.Option("en", help="Language of the pipeline's tokenizer (for a trained biLM: the corpus's)")
+NAME = typer.Option("elmo", help="Pipeline name (the package is <lang>_<name>)")
+VERSION = typer.Option("0.0.0", help="Pipeline version")
+MIX = typer.Option("average", help="Default mix: average, top or a layer index")
+SENTENCIZER = typer.Option(True, help="Add a sentencizer so that sentences are embedded separately")
+
+
 @app.command()
 def convert(
     options: Path = typer.Argument(..., help="The public options.json"),
     weights: Path = typer.Argument(..., help="The public weights .hdf5"),
-    output_dir: Path = typer.Argument(..., help="Where to write the spaCy pipeline"),
-    lang: str = typer.Option("en", help="Language of the pipeline's tokenizer"),
-    name: str = typer.Option("elmo", help="Pipeline name (the package is <lang>_<name>)"),
-    version: str = typer.Option("0.0.0", help="Pipeline version"),
-    mix: str = typer.Option("average", help="Default mix: average, top or a layer index"),
-    sentencizer: bool = typer.Option(True, help="Add a sentencizer so that sentences are embedded separately"),
+    output_dir: Path = PIPELINE_DIR,
+    lang: str = LANG,
+    name: str = NAME,
+    version: str = VERSION,
+    mix: str = MIX,
+    sentencizer: bool = SENTENCIZER,
 ) -> None:
     """Turn a public ELMo model into a spaCy pipeline that `spacy.load`s and `spacy package`s."""
     with clean_errors():
@@ -39,12 +48,12 @@ def convert(
 @app.command()
 def assemble(
     model: Path = typer.Argument(..., help="A trained model directory (e.g. training/model-best)"),
-    output_dir: Path = typer.Argument(..., help="Where to write the spaCy pipeline"),
-    lang: str = typer.Option("en", help="Language of the pipeline's tokenizer (the one the corpus was prepared with)"),
-    name: str = typer.Option("elmo", help="Pipeline name (the package is <lang>_<name>)"),
-    version: str = typer.Option("0.0.0", help="Pipeline version"),
-    mix: str = typer.Option("average", help="Default mix: average, top or a layer index"),
-    sentencizer: bool = typer.Option(True, help="Add a sentencizer so that sentences are embedded separately"),
+    output_dir: Path = PIPELINE_DIR,
+    lang: str = LANG,
+    name: str = NAME,
+    version: str = VERSION,
+    mix: str = MIX,
+    sentencizer: bool = SENTENCIZER,
 ) -> None:
     """Build a spaCy pipeline with an `elmo` component holding a trained biLM."""
     with clean_errors():

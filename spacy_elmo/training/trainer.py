@@ -29,7 +29,6 @@ from .checkpoint import Progress, corpus_fingerprint, load_checkpoint, save_chec
 from .config import PathsSettings, PretrainConfig, config_from_dict
 from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
 from .distributed import (
-    Process,
     barrier,
     gather_rng_states,
     pick_device,
@@ -121,6 +120,7 @@ class Trainer:
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = pick_device(settings.device)
         self.process = start_process(self.device)
+        self._threads_before = torch.get_num_threads()
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
         self.autocast = settings.mixed_precision and self.device.type == "cuda"
@@ -240,6 +240,7 @@ class Trainer:
         if self._checkpointed_step != self.progress.step:
             self._checkpoint("last.pt")
         stop_process(self.process)
+        torch.set_num_threads(self._threads_before)
         return self.progress
 
     def _after_step(self, bar: tqdm) -> None:

@@ -1,7 +1,6 @@
 """End to end (slow): convert -> spacy package (sdist) -> pip install into a fresh venv -> spacy.load."""
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
@@ -10,7 +9,7 @@ import spacy
 from spacy_elmo.cli import app
 from typer.testing import CliRunner
 
-REPO = Path(__file__).resolve().parents[2]
+from elmo_testing import install_in_fresh_venv
 
 
 @pytest.mark.slow
@@ -25,16 +24,12 @@ def test_packaged_pipeline_installs_and_loads_with_equal_vectors(tmp_path, allen
         check=True, capture_output=True, timeout=600,
     )
     sdist = next((tmp_path / "dist").glob("en_elmo-0.0.0/dist/*.tar.gz"))
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    subprocess.run(pip + ["torch==2.13.0", str(REPO)], check=True, timeout=1200)
-    subprocess.run(pip + [str(sdist)], check=True, timeout=600)
+    python = install_in_fresh_venv(tmp_path / "venv", sdist)
     text = "I sat by the bank of the river ."
     code = (
         "import spacy, numpy; nlp = spacy.load('en_elmo'); "
         f"numpy.save({str(tmp_path / 'vectors.npy')!r}, nlp({text!r})._.elmo.layers)"
     )
-    subprocess.run([str(venv / "bin" / "python"), "-c", code], check=True, timeout=300, cwd=tmp_path)
+    subprocess.run([str(python), "-c", code], check=True, timeout=300, cwd=tmp_path)
     expected = spacy.load(tmp_path / "pipe")(text)._.elmo.layers
     numpy.testing.assert_array_equal(numpy.load(tmp_path / "vectors.npy"), expected)
