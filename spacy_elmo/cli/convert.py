@@ -5,7 +5,6 @@ from typing import Union
 
 import spacy
 import typer
-from spacy.language import Language
 
 from ..io import find_model_dir, load_model, load_public_model, save_public_model
 from ..nn.bilm import BiLM
@@ -40,9 +39,7 @@ def convert(
     """Turn a public ELMo model into a spaCy pipeline that `spacy.load`s and `spacy package`s."""
     with clean_errors():
         bilm = load_public_model(options, weights)
-        nlp = build_pipeline(bilm, lang, name, version, mix, sentencizer, f"ELMo vectors converted from {weights.name}")
-        nlp.to_disk(output_dir)
-    typer.echo(f"Saved pipeline {lang}_{name} with pipes {nlp.pipe_names} to {output_dir}")
+    save_pipeline(bilm, output_dir, lang, name, version, mix, sentencizer, f"ELMo vectors converted from {weights.name}")
 
 
 @app.command()
@@ -58,20 +55,22 @@ def assemble(
     """Build a spaCy pipeline with an `elmo` component holding a trained biLM."""
     with clean_errors():
         bilm = load_model(find_model_dir(model))
-        nlp = build_pipeline(bilm, lang, name, version, mix, sentencizer, f"ELMo vectors from a biLM pretrained with spacy-elmo ({model.name})")
+    save_pipeline(bilm, output_dir, lang, name, version, mix, sentencizer, f"ELMo vectors from a biLM pretrained with spacy-elmo ({model.name})")
+
+
+def save_pipeline(
+    bilm: BiLM, output_dir: Path, lang: str, name: str, version: str, mix: str, sentencizer: bool, description: str
+) -> None:
+    """Write a blank `lang` pipeline (plus a sentencizer) whose `elmo` component holds `bilm`."""
+    with clean_errors():
+        nlp = spacy.blank(lang)
+        if sentencizer:
+            nlp.add_pipe("sentencizer")
+        component = nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
+        component.set_bilm(bilm)
+        nlp.meta.update({"name": name, "version": version, "description": description})
         nlp.to_disk(output_dir)
     typer.echo(f"Saved pipeline {lang}_{name} with pipes {nlp.pipe_names} to {output_dir}")
-
-
-def build_pipeline(bilm: BiLM, lang: str, name: str, version: str, mix: str, sentencizer: bool, description: str) -> Language:
-    """A blank `lang` pipeline (plus a sentencizer) whose `elmo` component holds `bilm`."""
-    nlp = spacy.blank(lang)
-    if sentencizer:
-        nlp.add_pipe("sentencizer")
-    component = nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
-    component.set_bilm(bilm)
-    nlp.meta.update({"name": name, "version": version, "description": description})
-    return nlp
 
 
 @app.command()
