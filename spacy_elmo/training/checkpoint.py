@@ -81,9 +81,21 @@ def save_checkpoint(
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
+        _fsync_directory(path.parent)  # the rename itself survives a power cut
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def _fsync_directory(path: Path) -> None:
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:
