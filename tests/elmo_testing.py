@@ -110,3 +110,18 @@ def install_in_fresh_venv(venv: Path, sdist: Path) -> Path:
     subprocess.run(pip + ["torch==2.13.0", str(REPO)], check=True, timeout=1200)
     subprocess.run(pip + [str(sdist)], check=True, timeout=600)
     return venv / "bin" / "python"
+
+
+def saved_weights(model_dir: Path) -> dict:
+    """The arrays of a model directory's weights.npz."""
+    import numpy
+
+    with numpy.load(model_dir / "weights.npz") as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def metric_records(output_dir: Path) -> list:
+    """The JSON lines of a training's metrics.jsonl."""
+    import json
+
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]

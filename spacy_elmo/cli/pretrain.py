@@ -1,5 +1,7 @@
 """`pretrain` (train a biLM from a config) and `evaluate` (exact perplexity on a text)."""
 import json
+import os
+import re
 import logging
 from pathlib import Path
 from typing import Optional
@@ -10,8 +12,9 @@ from spacy.cli._util import parse_config_overrides
 from ..training.checkpoint import load_trained_model, trained_max_sentence_tokens
 from ..training.config import load_config
 from ..training.data import read_sentences
+from ..training.distributed import pick_device
 from ..training.perplexity import perplexity
-from ..training.trainer import pretrain as run_pretraining
+from ..training.trainer import TrainingInterrupted, pretrain as run_pretraining
 from .app import app, clean_errors
 
 
@@ -22,6 +25,7 @@ def pretrain(
     output_dir: Path = typer.Argument(..., help="Where checkpoints, metrics.jsonl, model-best/ and model-last/ go"),
     resume: bool = typer.Option(False, "--resume", help="Continue the training in OUTPUT_DIR from checkpoints/last.pt"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete an earlier training's checkpoints, models and metrics in OUTPUT_DIR first"),
+    auto_resume: bool = typer.Option(False, "--auto-resume", help="Resume if OUTPUT_DIR's checkpoint fits this config and corpus, else start afresh (replacing it)"),
     init_from: Optional[Path] = typer.Option(None, help="Start from this model directory or pipeline (same as --paths.init_from)"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
@@ -37,10 +41,11 @@ def pretrain(
     with clean_errors():
         config = load_config(config_path, overrides)
         try:
-            done = run_pretraining(config, output_dir, resume=resume, overwrite=overwrite, progress_bar=progress)
-        except KeyboardInterrupt:
-            again = " ".join(["python -m spacy_elmo pretrain", str(config_path), str(output_dir), *ctx.args, "--resume"])
-            typer.echo(f"Interrupted; a checkpoint was saved. Continue with: {again}", err=True)
+            done = run_pretraining(config, output_dir, resume, overwrite, progress, auto_resume)
+        except TrainingInterrupted:
+            if os.environ.get("RANK", "0") == "0":
+                again = " ".join(["pretrain", str(config_path), str(output_dir), *ctx.args, "--resume"])
+                typer.echo(f"Interrupted; checkpoints/last.pt holds the last step. Continue with the same launcher and: {again}", err=True)
             raise typer.Exit(130)
     best = f"{done.best_dev_perplexity:.2f} at step {done.best_step}" if done.best_dev_perplexity else "n/a (no dev set)"
     typer.echo(
@@ -52,20 +57,25 @@ def pretrain(
 @app.command()
 def evaluate(
     model_dir: Path = typer.Argument(..., help="A pretraining model directory (model-best/ or model-last/)"),
-    text: Path = typer.Argument(..., help="Sentences to score, one per line, tokens separated by spaces (e.g. corpus/test.txt)"),
+    text: Path = typer.Argument(..., help="Sentences to score, one per line, tokenized as `corpus` does and joined by spaces (e.g. corpus/test.txt)"),
     output: Optional[Path] = typer.Option(None, help="Write the figures to this JSON file"),
     tokens_per_batch: int = typer.Option(4096, min=1, help="Padded tokens per batch"),
+    device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_sentence_tokens: Optional[int] = typer.Option(None, min=1, help="Score longer sentences in pieces of this many tokens (default: as in training)"),
 ) -> None:
     """Exact forward, backward and mean perplexity of a trained biLM on a text."""
     with clean_errors():
         if not text.is_file():
             raise ValueError(f"{text}: file not found")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+        torch_device = pick_device(device)
         objective, vocab = load_trained_model(model_dir)
+        objective.to(torch_device)
         if max_sentence_tokens is None:
             max_sentence_tokens = trained_max_sentence_tokens(model_dir)
         sentences = read_sentences(text, max_sentence_tokens)
-        result = perplexity(objective, sentences, vocab, tokens_per_batch)
+        result = perplexity(objective, sentences, vocab, tokens_per_batch, torch_device)
     figures = {**result.as_dict(), "sentences": len(sentences), "model": str(model_dir), "text": str(text)}
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)

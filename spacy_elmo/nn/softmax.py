@@ -12,6 +12,10 @@ import torch
 from torch import nn
 
 
+EVAL_ROWS = 1024
+"""Rows per chunk of an evaluation-time softmax."""
+
+
 class FullSoftmax(nn.Module):
     """Exact softmax over the whole vocabulary."""
 
@@ -30,7 +34,13 @@ class FullSoftmax(nn.Module):
         return torch.log_softmax(torch.nn.functional.linear(hidden, self.weight, self.bias), dim=-1)
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """(n, P), (n,) ids -> (n,) negative log-likelihoods."""
+        """(n, P), (n,) ids -> (n,) negative log-likelihoods. Without autograd, rows go in
+        chunks so that evaluation never holds more than (EVAL_ROWS, vocab) logits."""
+        if torch.is_grad_enabled() or len(hidden) <= EVAL_ROWS:
+            return self._nll(hidden, targets)
+        return torch.cat([self._nll(h, t) for h, t in zip(hidden.split(EVAL_ROWS), targets.split(EVAL_ROWS))])
+
+    def _nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = torch.nn.functional.linear(hidden, self.weight, self.bias)
         return torch.nn.functional.cross_entropy(logits, targets, reduction="none")
 

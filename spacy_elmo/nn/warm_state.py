@@ -47,3 +47,12 @@ def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 
                 warm.warm_h[d, l] = h[:rows].mean(dim=0)
                 warm.warm_c[d, l] = c[:rows].mean(dim=0)
     return warm.eval()
+
+
+def without_warm_state(bilm: BiLM) -> BiLM:
+    """A copy of `bilm` that starts from zero state (for training, which never uses one)."""
+    if not bilm.config.warm_state:
+        return bilm
+    plain = BiLM(dataclasses.replace(bilm.config, warm_state=False))
+    plain.load_state_dict({k: v for k, v in bilm.state_dict().items() if not k.startswith("warm_")})
+    return plain.train(bilm.training)

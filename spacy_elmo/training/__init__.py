@@ -1,4 +1,4 @@
-"""Training-side tools: corpus preparation (the biLM trainer is not part of this release yet)."""
+"""biLM pretraining: corpus preparation, config, batches, the trainer, checkpoints, perplexity."""
 from .corpus import CorpusStats, prepare_corpus
 
 __all__ = ["CorpusStats", "prepare_corpus"]

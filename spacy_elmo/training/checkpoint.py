@@ -39,6 +39,8 @@ class Progress:
     """Training tokens seen (all processes)."""
     best_dev_perplexity: Optional[float] = None
     best_step: int = 0
+    evaluated_step: int = -1
+    """The step of the last dev evaluation."""
     window: List[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Since the last metrics line: summed NLL, predictions, tokens, step seconds."""
 
@@ -165,10 +167,8 @@ def trained_max_sentence_tokens(model_dir: Union[str, Path], default: int = 100)
 
 
 def corpus_fingerprint(vocab_path: Path, shards: List[Path]) -> Dict[str, Any]:
-    """What a resumed run must find again: the vocabulary (size and hash) and the shard names."""
-    data = vocab_path.read_bytes()
+    """What a resumed run must find again: the vocabulary, and the shards' names and sizes."""
     return {
-        "vocab_size": data.count(b"\n"),
-        "vocab_sha256": hashlib.sha256(data).hexdigest(),
-        "shards": [shard.name for shard in shards],
+        "vocab_sha256": hashlib.sha256(vocab_path.read_bytes()).hexdigest(),
+        "shards": [[shard.name, shard.stat().st_size] for shard in shards],
     }

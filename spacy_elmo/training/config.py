@@ -8,7 +8,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Type, TypeVar, Union, get_type_hints
+from typing import Any, Dict, Optional, Type, TypeVar, Union, get_args, get_type_hints
 
 from thinc.api import Config
 
@@ -172,18 +172,24 @@ def config_from_dict(raw: Dict[str, Any], source: str = "<config>") -> PretrainC
 
 
 def _section(cls: Type[T], values: Dict[str, Any], name: str) -> T:
+    hints = get_type_hints(cls)
     if cls is BiLMConfig:
+        filters = values.get("filters", [])
+        if not (isinstance(filters, (list, tuple)) and all(_is_filter(f) for f in filters)):
+            raise ValueError(f"[model] filters = {filters!r} must be a list of [width, count] integer pairs")
+        for key, value in values.items():
+            if key != "filters" and key in hints and not _has_type(value, hints[key]):
+                raise ValueError(f"[model] {key} = {value!r} is not of type {_type_name(hints[key])}")
         try:
             return cls.from_dict(values)  # type: ignore[return-value]
         except ValueError as err:
             raise ValueError(f"[model] {err}") from err
-    hints = get_type_hints(cls)
     unknown = sorted(set(values) - set(hints))
     if unknown:
         raise ValueError(f"[{name}] unknown keys {unknown}; expected {sorted(hints)}")
     for key, value in values.items():
         if not _has_type(value, hints[key]):
-            raise ValueError(f"[{name}] {key} = {value!r} is not of type {getattr(hints[key], '__name__', hints[key])}")
+            raise ValueError(f"[{name}] {key} = {value!r} is not of type {_type_name(hints[key])}")
     return cls(**values)
 
 
@@ -192,9 +198,17 @@ def _has_type(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is Optional[str]:
-        return value is None or isinstance(value, str)
+    if hint in (Optional[str], Optional[float]):
+        return value is None or _has_type(value, get_args(hint)[0])
     return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+
+
+def _is_filter(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 2 and all(_has_type(v, int) for v in value)
 
 
 def _check(condition: Any, message: str) -> None:

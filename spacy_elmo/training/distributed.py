@@ -2,12 +2,12 @@
 
 Every process builds the same global batch and takes rows `rank::world_size` of it;
 gradients are summed across processes with one all-reduce per step, so a step equals
-the single-process step on the whole global batch. gloo on CPU, nccl on GPU; only rank
+the single-process step on the whole global batch (exactly so with dropout off and the
+full softmax; otherwise each process draws its own masks and negatives). gloo on CPU, nccl on GPU; only rank
 0 writes files.
 """
 import datetime
 import os
-import re
 from typing import List, NamedTuple
 
 import torch
@@ -48,8 +48,6 @@ def pick_device(setting: str) -> torch.device:
         setting = "cuda" if torch.cuda.is_available() else "cpu"
     if setting == "cpu":
         return torch.device("cpu")
-    if not re.fullmatch(r"cuda(:\d+)?", setting):
-        raise ValueError(f"training.device must be cpu, cuda, cuda:N or auto, got {setting!r}")
     if not torch.cuda.is_available():
         raise ValueError(f"training.device = {setting!r} but torch sees no CUDA device")
     several = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -20,11 +20,11 @@ import torch
 from thinc.api import Config
 from tqdm import tqdm
 
-from ..io import find_model_dir, load_model, load_public_model
+from ..io import ModelFileError, find_model_dir, load_model, load_public_model
 from ..nn.bilm import BiLM
-from ..nn.config import BiLMConfig
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax, SampledSoftmax
+from ..nn.warm_state import without_warm_state
 from .checkpoint import Progress, corpus_fingerprint, load_checkpoint, save_checkpoint, save_trained_model
 from .config import PathsSettings, PretrainConfig, config_from_dict
 from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
@@ -45,8 +45,12 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "pretrain.cfg"
 OUTPUTS = ("checkpoints", "model-best", "model-last", "metrics.jsonl", CONFIG_FILE)
-BUDGET_KEYS = ("max_steps", "max_seconds", "max_epochs")
-"""[training] keys a resumed run may change (to extend the budget)."""
+RESUMABLE_CHANGES = ("max_steps", "max_seconds", "max_epochs", "device", "num_threads", "log_every", "eval_every", "checkpoint_every")
+"""[training] keys a resumed run may change: the budget, the machine, the reporting."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped on SIGINT / SIGTERM after writing checkpoints/last.pt."""
 
 
 def load_init_bilm(paths: PathsSettings) -> BiLM:
@@ -59,12 +63,7 @@ def load_init_bilm(paths: PathsSettings) -> BiLM:
         bilm = load_public_model(paths.init_options, source)
     else:
         bilm = load_model(find_model_dir(source))
-    if bilm.config.warm_state:  # a stored warm state is for inference, not training
-        config = BiLMConfig.from_dict({**bilm.config.to_dict(), "warm_state": False})
-        plain = BiLM(config)
-        plain.load_state_dict({k: v for k, v in bilm.state_dict().items() if not k.startswith("warm_")})
-        bilm = plain
-    return bilm.train()
+    return without_warm_state(bilm).train()  # a warm state is for inference only
 
 
 def build_objective(config: PretrainConfig, vocab_size: int, bilm: Optional[BiLM] = None) -> BiLMObjective:
@@ -112,15 +111,17 @@ class Trainer:
         resume: bool = False,
         overwrite: bool = False,
         progress_bar: bool = True,
+        auto_resume: bool = False,
     ) -> None:
-        if resume and overwrite:
-            raise ValueError("resume and overwrite exclude each other")
+        """`auto_resume`: resume when checkpoints/last.pt fits this config and corpus,
+        else start afresh, replacing what is there (the project's `pretrain` command)."""
+        if resume + overwrite + auto_resume > 1:
+            raise ValueError("resume, overwrite and auto_resume exclude each other")
         settings = config.training
         self.output_dir = Path(output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
         self.device = pick_device(settings.device)
         self.process = start_process(self.device)
-        self._threads_before = torch.get_num_threads()
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
         self.autocast = settings.mixed_precision and self.device.type == "cuda"
@@ -134,10 +135,15 @@ class Trainer:
         self.dev = read_sentences(dev_path, config.batching.max_sentence_tokens) if dev_path.is_file() else []
         if not self.dev:
             logger.warning("%s is empty or missing: no dev perplexity, model-best/ will be the last model", dev_path)
+        checkpoint = None
+        if auto_resume:
+            checkpoint = self._fitting_checkpoint(config)
+            overwrite = checkpoint is None
+        elif resume:
+            checkpoint = self._checkpoint_to_resume()
         if overwrite and self.process.is_main:
             clear_training(self.output_dir)
         barrier(self.process)
-        checkpoint = self._checkpoint_to_resume() if resume else None
         if checkpoint is None and any((self.output_dir / name).exists() for name in OUTPUTS):
             raise ValueError(f"{self.output_dir} already holds a training; pass --resume to continue it, --overwrite to replace it, or choose another directory")
         torch.manual_seed(settings.seed)  # the same initial weights in every process
@@ -172,6 +178,19 @@ class Trainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             Config(config.to_dict()).to_disk(self.output_dir / CONFIG_FILE)
 
+    def _fitting_checkpoint(self, config: PretrainConfig) -> Optional[Dict[str, Any]]:
+        """checkpoints/last.pt if this config and corpus can resume it, else None."""
+        if not (self.checkpoints / "last.pt").is_file():
+            return None
+        try:
+            checkpoint = self._checkpoint_to_resume()
+            self._resumable_config(config, checkpoint)
+        except (ValueError, ModelFileError) as err:
+            logger.warning("starting afresh in %s: %s", self.output_dir, err)
+            return None
+        logger.info("resuming the training in %s", self.output_dir)
+        return checkpoint
+
     def _checkpoint_to_resume(self) -> Dict[str, Any]:
         checkpoint = load_checkpoint(self.checkpoints / "last.pt")
         if len(checkpoint["rng"]) != self.process.world_size:
@@ -189,7 +208,7 @@ class Trainer:
         current = config.to_dict()
         if config.paths.init_from is not None:
             current["model"] = saved["model"]
-        changeable = set(BUDGET_KEYS) - ({"max_steps"} if config.schedule.decay == "linear" else set())
+        changeable = set(RESUMABLE_CHANGES) - ({"max_steps"} if config.schedule.decay == "linear" else set())
         for section in saved:
             for key in sorted(set(saved[section]) | set(current[section])):
                 if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):
@@ -218,7 +237,7 @@ class Trainer:
                     spent, interrupted = self._should_stop(time.perf_counter() - run_start, stop.requested)
                     if interrupted:
                         self._checkpoint("last.pt")
-                        raise KeyboardInterrupt
+                        raise TrainingInterrupted
                     if spent:
                         break
                     step_start = time.perf_counter()
@@ -232,15 +251,15 @@ class Trainer:
                         window[index] += value
                     bar.update(1)
                     self._after_step(bar)
+            if self.progress.evaluated_step != self.progress.step and self._evaluate_and_keep_best(bar):
+                self._checkpoint("best.pt")
+            if self._checkpointed_step != self.progress.step:
+                self._checkpoint("last.pt")
+            if not self.dev and self.process.is_main:
+                self._save_model("model-best", {})
         finally:
             bar.close()
-        if not self.dev or self.progress.step % settings.eval_every:
-            if self._evaluate_and_keep_best(bar):
-                self._checkpoint("best.pt")
-        if self._checkpointed_step != self.progress.step:
-            self._checkpoint("last.pt")
-        stop_process(self.process)
-        torch.set_num_threads(self._threads_before)
+            stop_process(self.process)
         return self.progress
 
     def _after_step(self, bar: tqdm) -> None:
@@ -303,11 +322,9 @@ class Trainer:
 
     def _evaluate_and_keep_best(self, bar: tqdm) -> bool:
         """Exact dev perplexity in fp32, each process scoring its share of the dev set;
-        True if it improved on the best so far (model-best/ is then rewritten). Without a
-        dev set, model-best/ is the current model."""
+        True if it improved on the best so far (model-best/ is then rewritten)."""
+        self.progress.evaluated_step = self.progress.step
         if not self.dev:
-            if self.process.is_main:
-                self._save_model("model-best", {})
             return False
         share = self.dev[self.process.rank :: self.process.world_size]
         own = nll_sums(self.objective, share, self.vocab, self.config.batching.tokens_per_batch, self.device)
@@ -384,6 +401,12 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     progress_bar: bool = True,
+    auto_resume: bool = False,
 ) -> Progress:
-    """Train a biLM as `config` says, writing into `output_dir`; see the module docstring."""
-    return Trainer(config, output_dir, resume, overwrite, progress_bar).train()
+    """Train a biLM as `config` says, writing into `output_dir`; see the module docstring.
+    The caller's torch thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    try:
+        return Trainer(config, output_dir, resume, overwrite, progress_bar, auto_resume).train()
+    finally:
+        torch.set_num_threads(threads)

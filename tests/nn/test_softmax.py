@@ -72,3 +72,15 @@ def test_training_with_sampled_softmax_lowers_the_exact_loss():
         optimizer.step()
     head.eval()
     assert head(contexts, targets).mean().item() < 0.5 * before
+
+
+def test_evaluation_softmax_in_chunks_equals_the_whole():
+    from spacy_elmo.nn.softmax import EVAL_ROWS
+
+    torch.manual_seed(0)
+    head = FullSoftmax(8, 50)
+    hidden, targets = torch.randn(2 * EVAL_ROWS + 7, 8), torch.randint(0, 50, (2 * EVAL_ROWS + 7,))
+    whole = head(hidden, targets)  # autograd on: one product
+    with torch.no_grad():
+        chunked = head(hidden, targets)
+    torch.testing.assert_close(chunked, whole.detach())

@@ -31,6 +31,10 @@ def test_overrides_apply_with_types_checked():
         ({"schedule.decay": "linear"}, "needs training.max_steps"),
         ({"batching.max_sentence_tokens": 10_000}, "must not exceed tokens_per_batch"),
         ({"training.device": "tpu"}, "training.device must be"),
+        ({"training.device": "cudax"}, "training.device must be"),
+        ({"model.lstm_dim": 512.5}, "\\[model\\] lstm_dim = 512.5 is not of type int"),
+        ({"model.cell_clip": True}, "\\[model\\] cell_clip = True is not of type Optional"),
+        ({"model.filters": [[1, "a"]]}, "\\[model\\] filters = .* must be a list of \\[width, count\\] integer pairs"),
     ],
 )
 def test_mistakes_are_reported_at_load_time(overrides, message):

@@ -8,9 +8,10 @@ import sys
 import time
 
 import numpy
+import pytest
 import torch
 
-from elmo_testing import REPO, write_tiny_pretrain_config
+from elmo_testing import REPO, metric_records, saved_weights, write_tiny_pretrain_config
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.trainer import pretrain
 
@@ -21,13 +22,6 @@ def run_cli(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kwargs)
 
 
-def weights(model_dir):
-    with numpy.load(model_dir / "weights.npz") as archive:
-        return {name: archive[name] for name in archive.files}
-
-
-def records(output_dir):
-    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
 def last_logged_step(output_dir):
@@ -56,27 +50,29 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_weights(toy_corpus
 
     resumed = run_cli("pretrain", config, killed_dir, "--no-progress", "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    expected, actual = weights(tmp_path / "straight" / "model-last"), weights(killed_dir / "model-last")
+    expected, actual = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(killed_dir / "model-last")
     assert all(numpy.array_equal(expected[name], actual[name]) for name in expected)
-    steps = [r["step"] for r in records(killed_dir) if "loss" in r]
+    steps = [r["step"] for r in metric_records(killed_dir) if "loss" in r]
     assert steps == list(range(1, 61))  # records written after the checkpoint by the killed run were dropped
 
 
-def test_two_gloo_processes_take_the_same_steps_as_one(toy_corpus, tmp_path):
-    config_path = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, max_steps=8, dropout=0.0, eval_every=4, checkpoint_every=4)
+@pytest.mark.parametrize("tokens_per_batch", [256, 8])  # with 8, every batch is one sentence: rank 1 gets none
+def test_two_gloo_processes_take_the_same_steps_as_one(toy_corpus, tmp_path, tokens_per_batch):
+    extra = {"batching.tokens_per_batch": tokens_per_batch, "batching.max_sentence_tokens": 8}
+    config_path = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, extra, max_steps=8, dropout=0.0, eval_every=4, checkpoint_every=4)
     pretrain(load_config(config_path), tmp_path / "single", progress_bar=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "spacy_elmo", "pretrain", str(config_path), str(tmp_path / "double"), "--no-progress"]
     result = subprocess.run(launch, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(torch.load(tmp_path / "double" / "checkpoints" / "last.pt", weights_only=True)["rng"]) == 2
-    single = [r for r in records(tmp_path / "single") if "loss" in r]
-    double = [r for r in records(tmp_path / "double") if "loss" in r]
+    single = [r for r in metric_records(tmp_path / "single") if "loss" in r]
+    double = [r for r in metric_records(tmp_path / "double") if "loss" in r]
     assert [(r["step"], r["tokens"]) for r in single] == [(r["step"], r["tokens"]) for r in double]
     assert numpy.allclose([r["loss"] for r in single], [r["loss"] for r in double], rtol=1e-5)
-    expected, actual = weights(tmp_path / "single" / "model-last"), weights(tmp_path / "double" / "model-last")
+    expected, actual = saved_weights(tmp_path / "single" / "model-last"), saved_weights(tmp_path / "double" / "model-last")
     assert max(float(numpy.abs(expected[n] - actual[n]).max()) for n in expected) < 1e-5
-    dev = [[r["dev_mean"] for r in records(tmp_path / name) if "dev_mean" in r] for name in ("single", "double")]
+    dev = [[r["dev_mean"] for r in metric_records(tmp_path / name) if "dev_mean" in r] for name in ("single", "double")]
     assert numpy.allclose(dev[0], dev[1], rtol=1e-5)
 
 
@@ -97,5 +93,5 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(t
     assert 8 <= stopped_at < 50  # a checkpoint at the interruption, not a periodic one
     resumed = run_cli("pretrain", config, stopped_dir, "--no-progress", "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    expected, actual = weights(tmp_path / "straight" / "model-last"), weights(stopped_dir / "model-last")
+    expected, actual = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(stopped_dir / "model-last")
     assert all(numpy.array_equal(expected[name], actual[name]) for name in expected)

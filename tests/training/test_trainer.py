@@ -7,7 +7,7 @@ import numpy
 import pytest
 import torch
 
-from elmo_testing import DEMO_PRETRAIN_CONFIG, golden_dir, tiny_pretrain_overrides
+from elmo_testing import DEMO_PRETRAIN_CONFIG, golden_dir, metric_records, saved_weights, tiny_pretrain_overrides
 from spacy_elmo.io import ModelFileError, load_model
 from spacy_elmo.nn.objective import BOS_ID, EOS_ID
 from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
@@ -24,21 +24,14 @@ def with_overrides(corpus, extra, **training):
     return load_config(DEMO_PRETRAIN_CONFIG, {**tiny_pretrain_overrides(corpus, **training), **extra})
 
 
-def metrics(output_dir):
-    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def weights(model_dir):
-    with numpy.load(model_dir / "weights.npz") as archive:
-        return {name: archive[name] for name in archive.files}
 
 
 def test_a_tiny_model_trains_and_its_dev_perplexity_falls(toy_corpus, tmp_path):
     done = pretrain(config_for(toy_corpus), tmp_path / "out", progress_bar=False)
     assert done.step == 30 and done.tokens > 0
-    dev = [r["dev_mean"] for r in metrics(tmp_path / "out") if "dev_mean" in r]
+    dev = [r["dev_mean"] for r in metric_records(tmp_path / "out") if "dev_mean" in r]
     assert len(dev) == 3 and dev[0] > dev[1] > dev[2] and dev[2] < 0.8 * dev[0]
-    train = [r for r in metrics(tmp_path / "out") if "loss" in r]
+    train = [r for r in metric_records(tmp_path / "out") if "loss" in r]
     assert [r["step"] for r in train] == list(range(1, 31))
     assert train[-1]["loss"] < train[0]["loss"] and train[0]["tokens_per_second"] > 0
     info = json.loads((tmp_path / "out" / "model-best" / "training.json").read_text())
@@ -66,7 +59,7 @@ def exact_perplexity(model_dir, sentences):
 def test_sampled_softmax_training_reports_exact_perplexity(toy_corpus, tmp_path):
     config = with_overrides(toy_corpus, {"head.type": "sampled", "head.n_samples": 5}, max_steps=20, eval_every=20)
     pretrain(config, tmp_path / "out", progress_bar=False)
-    reported = [r for r in metrics(tmp_path / "out") if "dev_mean" in r][-1]
+    reported = [r for r in metric_records(tmp_path / "out") if "dev_mean" in r][-1]
     dev = read_sentences(toy_corpus / "dev.txt", 64)
     assert reported["dev_mean"] == pytest.approx(exact_perplexity(tmp_path / "out" / "model-best", dev), rel=1e-5)
     assert reported["dev_mean"] == pytest.approx(math.sqrt(reported["dev_forward"] * reported["dev_backward"]), rel=1e-9)
@@ -89,9 +82,9 @@ def test_resuming_with_a_larger_budget_equals_one_longer_run(toy_corpus, tmp_pat
     pretrain(with_overrides(toy_corpus, extra, max_steps=24, dropout=0.2), tmp_path / "straight", progress_bar=False)
     pretrain(with_overrides(toy_corpus, extra, max_steps=13, dropout=0.2), tmp_path / "resumed", progress_bar=False)
     pretrain(with_overrides(toy_corpus, extra, max_steps=24, dropout=0.2), tmp_path / "resumed", resume=True, progress_bar=False)
-    straight, resumed = weights(tmp_path / "straight" / "model-last"), weights(tmp_path / "resumed" / "model-last")
+    straight, resumed = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(tmp_path / "resumed" / "model-last")
     assert all(numpy.array_equal(straight[name], resumed[name]) for name in straight)
-    losses = [[(r["step"], r["loss"]) for r in metrics(tmp_path / name) if "loss" in r] for name in ("straight", "resumed")]
+    losses = [[(r["step"], r["loss"]) for r in metric_records(tmp_path / name) if "loss" in r] for name in ("straight", "resumed")]
     assert losses[0] == losses[1] and len(losses[0]) == 24
 
 
@@ -119,7 +112,7 @@ def test_an_epoch_budget_stops_at_the_end_of_the_data(toy_corpus, tmp_path):
 def test_init_from_starts_from_an_existing_model(toy_corpus, tmp_path, tiny_model_dir):
     config = with_overrides(toy_corpus, {"paths.init_from": str(tiny_model_dir), "optimizer.learning_rate": 1e-9}, max_steps=2, dropout=0.0)
     pretrain(config, tmp_path / "out", progress_bar=False)
-    source, trained = weights(tiny_model_dir), weights(tmp_path / "out" / "model-last")
+    source, trained = saved_weights(tiny_model_dir), saved_weights(tmp_path / "out" / "model-last")
     assert sorted(source) == sorted(trained)
     assert all(numpy.allclose(source[name], trained[name], atol=1e-6) for name in source)
 
@@ -148,7 +141,7 @@ def test_resume_refuses_a_changed_corpus_or_a_moved_linear_schedule(toy_corpus, 
         pretrain(with_overrides(corpus, linear, max_steps=6), tmp_path / "out", resume=True, progress_bar=False)
     with (corpus / "vocab.txt").open("a", encoding="utf-8") as out:
         out.write("newword\n")
-    with pytest.raises(ValueError, match="the corpus changed since the checkpoint \\(vocab_size differs\\)"):
+    with pytest.raises(ValueError, match="the corpus changed since the checkpoint \\(vocab_sha256 differs\\)"):
         pretrain(with_overrides(corpus, linear, max_steps=3), tmp_path / "out", resume=True, progress_bar=False)
 
 
@@ -161,7 +154,7 @@ def test_a_fresh_run_refuses_leftovers_and_overwrite_clears_them(toy_corpus, tmp
     (out / "model-best.old").mkdir()
     (out / "notes.txt").write_text("mine", encoding="utf-8")
     pretrain(config_for(toy_corpus, max_steps=2), out, overwrite=True, progress_bar=False)
-    assert [r["step"] for r in metrics(out) if "loss" in r] == [1, 2]
+    assert [r["step"] for r in metric_records(out) if "loss" in r] == [1, 2]
     assert not (out / "model-best.old").exists() and (out / "notes.txt").read_text() == "mine"
     assert (out / "pretrain.cfg").is_file()
 
@@ -172,5 +165,27 @@ def test_without_a_dev_set_model_best_is_the_last_model(toy_corpus, tmp_path):
     (corpus / "dev.txt").write_text("", encoding="utf-8")
     done = pretrain(config_for(corpus, max_steps=4, eval_every=2), tmp_path / "out", progress_bar=False)
     assert done.best_dev_perplexity is None
-    best, last = weights(tmp_path / "out" / "model-best"), weights(tmp_path / "out" / "model-last")
+    best, last = saved_weights(tmp_path / "out" / "model-best"), saved_weights(tmp_path / "out" / "model-last")
     assert all(numpy.array_equal(best[name], last[name]) for name in best)
+
+
+def test_auto_resume_continues_a_fitting_training_and_replaces_any_other(toy_corpus, tmp_path):
+    pretrain(config_for(toy_corpus, max_steps=12), tmp_path / "straight", progress_bar=False)
+    pretrain(config_for(toy_corpus, max_steps=7), tmp_path / "auto", progress_bar=False)
+    pretrain(config_for(toy_corpus, max_steps=12), tmp_path / "auto", auto_resume=True, progress_bar=False)
+    straight, resumed = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(tmp_path / "auto" / "model-last")
+    assert all(numpy.array_equal(straight[name], resumed[name]) for name in straight)
+    before = (tmp_path / "auto" / "metrics.jsonl").read_text()
+    pretrain(config_for(toy_corpus, max_steps=12), tmp_path / "auto", resume=True, progress_bar=False)
+    assert (tmp_path / "auto" / "metrics.jsonl").read_text() == before  # a finished run adds nothing
+    done = pretrain(config_for(toy_corpus, max_steps=3, dropout=0.3), tmp_path / "auto", auto_resume=True, progress_bar=False)
+    assert done.step == 3 and [r["step"] for r in metric_records(tmp_path / "auto") if "loss" in r] == [1, 2, 3]
+
+
+def test_pretrain_restores_the_callers_thread_count(toy_corpus, tmp_path):
+    threads = torch.get_num_threads()
+    pretrain(config_for(toy_corpus, max_steps=1, num_threads=threads + 1), tmp_path / "out", progress_bar=False)
+    assert torch.get_num_threads() == threads
+    with pytest.raises(ValueError, match="already holds"):
+        pretrain(config_for(toy_corpus, max_steps=1, num_threads=threads + 1), tmp_path / "out", progress_bar=False)
+    assert torch.get_num_threads() == threads
