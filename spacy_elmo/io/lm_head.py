@@ -1,7 +1,6 @@
 """The language-model softmax kept beside a trained biLM (`softmax.npz` in its model
 directory), so the model can be evaluated exactly later. Read with `allow_pickle=False`."""
 import io
-import zipfile
 from pathlib import Path
 from typing import Tuple, Union
 
@@ -9,6 +8,7 @@ import numpy
 import torch
 
 from .errors import ModelFileError
+from .model_dir import read_arrays
 
 HEAD_FILE = "softmax.npz"
 
@@ -25,11 +25,10 @@ def load_lm_head(model_dir: Union[str, Path]) -> Tuple[torch.Tensor, torch.Tenso
     path = Path(model_dir) / HEAD_FILE
     if not path.is_file():
         raise ModelFileError(path, "no language-model softmax here (only pretraining output directories have one)")
-    try:
-        with numpy.load(path, allow_pickle=False) as archive:
-            weight, bias = archive["weight"], archive["bias"]
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        raise ModelFileError(path, f"not a readable softmax archive ({err})") from err
+    arrays = read_arrays(path.read_bytes(), path)
+    if sorted(arrays) != ["bias", "weight"]:
+        raise ModelFileError(path, f"expected the arrays ['bias', 'weight'], found {sorted(arrays)}")
+    weight, bias = arrays["weight"], arrays["bias"]
     if weight.ndim != 2 or bias.shape != (weight.shape[0],) or weight.dtype.kind != "f" or bias.dtype.kind != "f":
         raise ModelFileError(path, f"expected float weight (vocab, P) and bias (vocab,), got {weight.shape} and {bias.shape}")
     return torch.from_numpy(weight.astype(numpy.float32)), torch.from_numpy(bias.astype(numpy.float32))

@@ -103,11 +103,7 @@ def _build(header: Any, weights: bytes, config_source: Any, weights_source: Any)
         raise ModelFileError(config_source, f"invalid biLM configuration ({err})") from err
     bilm = BiLM(config)
     expected = bilm.state_dict()
-    try:
-        with numpy.load(io.BytesIO(weights), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
-        raise ModelFileError(weights_source, f"not a readable weight archive, it may be truncated ({err})") from err
+    arrays = read_arrays(weights, weights_source)
     missing = sorted(set(expected) - set(arrays))
     unexpected = sorted(set(arrays) - set(expected))
     if missing or unexpected:
@@ -123,3 +119,12 @@ def _build(header: Any, weights: bytes, config_source: Any, weights_source: Any)
             raise ModelFileError(weights_source, f"{name} has dtype {array.dtype}, expected floating point")
     bilm.load_state_dict({name: torch.from_numpy(array.astype(numpy.float32)) for name, array in arrays.items()})
     return bilm.eval()
+
+
+def read_arrays(data: bytes, source: Any) -> Dict[str, numpy.ndarray]:
+    """The arrays of a NumPy `.npz` archive, read without unpickling anything."""
+    try:
+        with numpy.load(io.BytesIO(data), allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise ModelFileError(source, f"not a readable weight archive, it may be truncated ({err})") from err

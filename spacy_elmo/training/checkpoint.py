@@ -23,6 +23,7 @@ import torch
 from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, save_model
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
+from .config import BatchingSettings
 from .data import DataPosition, Vocabulary
 
 CHECKPOINT_FORMAT = "spacy-elmo-checkpoint/1"
@@ -156,8 +157,10 @@ def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Voca
     return BiLMObjective(bilm, head).eval(), vocab
 
 
-def trained_max_sentence_tokens(model_dir: Union[str, Path], default: int = 100) -> int:
-    """The sentence-piece length the model was trained and evaluated with."""
+def trained_max_sentence_tokens(model_dir: Union[str, Path]) -> int:
+    """The sentence-piece length the model was trained and evaluated with (the config's
+    default if `training.json` does not say)."""
+    default = BatchingSettings().max_sentence_tokens
     path = Path(model_dir) / "training.json"
     try:
         value = json.loads(path.read_text(encoding="utf-8")).get("max_sentence_tokens")
