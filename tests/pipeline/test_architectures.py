@@ -4,7 +4,7 @@ import pytest
 import spacy
 from spacy.training import Example
 from spacy.util import registry
-from thinc.api import Adam
+from thinc.api import Adam, fix_random_seed
 
 from spacy_elmo.pipeline.architectures import ElmoScalarMix
 
@@ -76,6 +76,7 @@ def test_missing_layers_are_a_clear_error(tiny_model_dir):
 
 
 def test_a_tagger_learns_on_top_of_elmo_and_the_mix_moves(tiny_model_dir):
+    fix_random_seed(0)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir)})
     tok2vec = {"@architectures": "spacy-elmo.ElmoScalarMix.v1", "width": 16, "dropout": 0.0}
@@ -87,14 +88,13 @@ def test_a_tagger_learns_on_top_of_elmo_and_the_mix_moves(tiny_model_dir):
     initial_scalars = mix.get_param("scalars").copy()
     losses_seen = []
     optimizer = Adam(0.02)
-    for _ in range(40):
+    for _ in range(80):
         losses = {}
         nlp.update(examples, sgd=optimizer, losses=losses, annotates=["elmo"], exclude=["elmo"])
         losses_seen.append(losses["tagger"])
-    assert losses_seen[-1] < 0.5 * losses_seen[0]
+    assert losses_seen[-1] < 0.05 * losses_seen[0]
     assert not numpy.allclose(mix.get_param("scalars"), initial_scalars)
-    doc = nlp("They sat by the bank")
-    assert [t.tag_ for t in doc] == TRAIN[2][1]
+    assert [[t.tag_ for t in nlp(text)] for text, _ in TRAIN] == [tags for _, tags in TRAIN]
 
 
 def test_architecture_resolves_from_a_config_block():
