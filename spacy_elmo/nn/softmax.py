@@ -1,12 +1,14 @@
 """Output layers of the language model: full softmax, and sampled softmax for large vocabularies.
 
 Both share one weight layout, (vocab, P) plus a bias, so a model trained with the sampled
-head is evaluated exactly with the full one. The sampled head follows bilm-tf: negatives
-drawn from a log-uniform (Zipfian) distribution over a vocabulary sorted by descending
-frequency, logits corrected by the log of each id's expected count, and accidental hits
+head is evaluated exactly with the full one. The sampled head follows bilm-tf, which uses
+TensorFlow's `sampled_softmax_loss` with its default sampler: distinct negatives drawn from
+a log-uniform (Zipfian) distribution over a vocabulary sorted by descending frequency, one
+set per batch, logits corrected by the log of each id's expected count, and accidental hits
 (a negative equal to the target) removed.
 """
 import math
+from typing import Tuple
 
 import torch
 from torch import nn
@@ -51,8 +53,43 @@ def log_uniform_probabilities(vocab_size: int) -> torch.Tensor:
     return (torch.log1p(1.0 / (k + 1.0)) / math.log(vocab_size + 1.0)).float()
 
 
+def log_uniform_draws(count: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """(count,) independent ids from `log_uniform_probabilities(vocab_size)`, by its inverse CDF."""
+    uniform = torch.rand(count, dtype=torch.float64, device=device)
+    ids = torch.floor(torch.exp(uniform * math.log(vocab_size + 1.0))).long() - 1
+    return ids.clamp_(0, vocab_size - 1)
+
+
+def distinct_log_uniform(n: int, vocab_size: int, device: torch.device) -> Tuple[torch.Tensor, int]:
+    """n distinct log-uniform ids, and how many draws it took to see them (n <= tries).
+
+    TensorFlow's `log_uniform_candidate_sampler(unique=True)`: draw with replacement, keep
+    each id's first appearance, stop at the n-th distinct id.
+    """
+    if not 0 < n <= vocab_size:
+        raise ValueError(f"cannot draw {n} distinct ids from a vocabulary of {vocab_size}")
+    draws = log_uniform_draws(2 * n, vocab_size, device)
+    while True:
+        distinct, inverse = torch.unique(draws, return_inverse=True)
+        if len(distinct) >= n:
+            break
+        draws = torch.cat([draws, log_uniform_draws(len(draws), vocab_size, device)])
+    positions = torch.arange(len(draws), device=device)
+    first_seen = torch.full((len(distinct),), len(draws), device=device).scatter_reduce_(0, inverse, positions, "amin")
+    kept = first_seen.sort().values[:n]
+    return draws[kept], int(kept[-1]) + 1
+
+
+def expected_counts(probs: torch.Tensor, n: int, tries: int) -> torch.Tensor:
+    """Expected number of times each id is among n distinct samples drawn in `tries` draws
+    (TensorFlow's rule: n * p when no draw repeated, else 1 - (1 - p) ** tries)."""
+    if tries == n:
+        return probs * n
+    return -torch.expm1(tries * torch.log1p(-probs))
+
+
 class SampledSoftmax(FullSoftmax):
-    """Training loss over the target and `n_samples` log-uniform negatives; exact otherwise.
+    """Training loss over the target and `n_samples` distinct log-uniform negatives; exact otherwise.
 
     In eval mode (or with `n_samples >= vocab`) `forward` is the full softmax, so reported
     perplexities are always exact.
@@ -69,8 +106,8 @@ class SampledSoftmax(FullSoftmax):
         """(n, P), (n,) ids -> (n,) sampled-softmax losses in training, exact NLL in eval."""
         if not self.training or self.n_samples >= self.vocab_size:
             return super().forward(hidden, targets)
-        samples = torch.multinomial(self.sampling_probs, self.n_samples, replacement=True)
-        log_expected = torch.log(self.sampling_probs * self.n_samples)
+        samples, tries = distinct_log_uniform(self.n_samples, self.vocab_size, hidden.device)
+        log_expected = torch.log(expected_counts(self.sampling_probs, self.n_samples, tries))
         true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - log_expected[targets]
         sampled_logits = hidden @ self.weight[samples].t() + self.bias[samples] - log_expected[samples]
         sampled_logits = sampled_logits.masked_fill(samples.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))

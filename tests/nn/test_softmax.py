@@ -4,7 +4,17 @@ import math
 import pytest
 import torch
 
-from spacy_elmo.nn.softmax import FullSoftmax, SampledSoftmax, log_uniform_probabilities
+from spacy_elmo.nn import softmax
+from spacy_elmo.nn.softmax import (
+    FullSoftmax,
+    SampledSoftmax,
+    distinct_log_uniform,
+    expected_counts,
+    log_uniform_draws,
+    log_uniform_probabilities,
+)
+
+CPU = torch.device("cpu")
 
 
 def test_full_softmax_is_the_normalized_nll():
@@ -24,12 +34,39 @@ def test_log_uniform_distribution():
     assert torch.all(probs[1:] < probs[:-1])
 
 
-def test_sampler_frequencies_follow_the_distribution():
+def test_draws_follow_the_distribution():
     torch.manual_seed(0)
-    head = SampledSoftmax(4, 50, n_samples=20000)
-    drawn = torch.multinomial(head.sampling_probs, 200000, replacement=True)
+    drawn = log_uniform_draws(200000, 50, CPU)
+    assert drawn.min().item() >= 0 and drawn.max().item() <= 49
     counts = torch.bincount(drawn, minlength=50).float() / 200000
-    torch.testing.assert_close(counts[:5], head.sampling_probs[:5], atol=3e-3, rtol=0)
+    torch.testing.assert_close(counts[:5], log_uniform_probabilities(50)[:5], atol=3e-3, rtol=0)
+
+
+def test_negatives_are_distinct_and_count_their_draws():
+    torch.manual_seed(0)
+    ids, tries = distinct_log_uniform(30, 40, CPU)
+    assert len(ids) == 30 and len(set(ids.tolist())) == 30
+    assert tries >= 30
+    with pytest.raises(ValueError, match="41 distinct ids from a vocabulary of 40"):
+        distinct_log_uniform(41, 40, CPU)
+
+
+def test_expected_counts_match_how_often_each_id_is_drawn():
+    torch.manual_seed(0)
+    vocab, n, trials = 100, 20, 4000
+    probs = log_uniform_probabilities(vocab)
+    included, expected = torch.zeros(vocab), torch.zeros(vocab)
+    for _ in range(trials):
+        ids, tries = distinct_log_uniform(n, vocab, CPU)
+        included[ids] += 1
+        expected += expected_counts(probs, n, tries)
+    torch.testing.assert_close(included / trials, expected / trials, atol=0.025, rtol=0)
+
+
+def test_expected_counts_without_repeats_are_n_times_p():
+    probs = log_uniform_probabilities(10)
+    torch.testing.assert_close(expected_counts(probs, 3, 3), 3 * probs)
+    torch.testing.assert_close(expected_counts(probs, 3, 5), 1 - (1 - probs) ** 5)
 
 
 def test_eval_mode_is_exact_and_training_mode_samples():
@@ -45,13 +82,13 @@ def test_eval_mode_is_exact_and_training_mode_samples():
 
 
 def test_accidental_hits_are_removed(monkeypatch):
-    head = SampledSoftmax(2, 5, n_samples=3).train()
-    monkeypatch.setattr(torch, "multinomial", lambda probs, n, replacement: torch.tensor([2, 2, 4]))
+    head = SampledSoftmax(2, 5, n_samples=2).train()
+    monkeypatch.setattr(softmax, "distinct_log_uniform", lambda n, vocab, device: (torch.tensor([2, 4]), 3))
     hidden, targets = torch.zeros(1, 2), torch.tensor([2])
     with torch.no_grad():
         head.bias.zero_()
     # only id 4 remains a negative; all logits equal before the log-Q correction
-    log_q = torch.log(head.sampling_probs * 3)
+    log_q = torch.log(1 - (1 - head.sampling_probs) ** 3)
     expected = -torch.log_softmax(torch.stack([-log_q[2], -log_q[4]]), dim=0)[0]
     torch.testing.assert_close(head(hidden, targets)[0], expected)
 
