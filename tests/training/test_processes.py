@@ -1,5 +1,5 @@
-"""Pretraining across processes: a SIGKILLed run resumes exactly, and a 2-process torchrun
-run takes the same steps as a single process."""
+"""Pretraining across processes: a SIGKILLed or Ctrl-C'd run resumes exactly, also under
+torchrun, and a 2-process torchrun run takes the same steps as a single process."""
 import json
 import os
 import signal
@@ -22,6 +22,12 @@ def run_cli(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kwargs)
 
 
+def torchrun(*args):
+    """The command line of a 2-process CPU torchrun of `python -m spacy_elmo ARGS`."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "spacy_elmo", *map(str, args)]
+
+
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def last_logged_step(output_dir):
@@ -61,9 +67,8 @@ def test_two_gloo_processes_take_the_same_steps_as_one(toy_corpus, tmp_path, tok
     extra = {"batching.tokens_per_batch": tokens_per_batch, "batching.max_sentence_tokens": 8}
     config_path = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, extra, max_steps=8, dropout=0.0, eval_every=4, checkpoint_every=4)
     pretrain(load_config(config_path), tmp_path / "single", progress_bar=False)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "spacy_elmo", "pretrain", str(config_path), str(tmp_path / "double"), "--no-progress"]
-    result = subprocess.run(launch, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    launch = torchrun("pretrain", config_path, tmp_path / "double", "--no-progress")
+    result = subprocess.run(launch, cwd=REPO, capture_output=True, text=True, env=ONE_THREAD, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(torch.load(tmp_path / "double" / "checkpoints" / "last.pt", weights_only=True)["rng"]) == 2
     single = [r for r in metric_records(tmp_path / "single") if "loss" in r]
@@ -95,3 +100,25 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(t
     assert resumed.returncode == 0, resumed.stderr
     expected, actual = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(stopped_dir / "model-last")
     assert all(numpy.array_equal(expected[name], actual[name]) for name in expected)
+
+
+def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_and_resumes(toy_corpus, tmp_path):
+    """A terminal's Ctrl-C reaches the agent and both workers; the agent relays it to them."""
+    config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, {}, max_steps=60, dropout=0.0, eval_every=50, checkpoint_every=50)
+    pretrain(load_config(config), tmp_path / "single", progress_bar=False)
+    stopped_dir = tmp_path / "stopped"
+    process = subprocess.Popen(torchrun("pretrain", config, stopped_dir, "--no-progress"), cwd=REPO, env=ONE_THREAD, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while last_logged_step(stopped_dir) < 8 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0, "the run ended before it could be stopped"
+    assert "--resume" in stderr, stderr[-3000:]
+    stopped_at = torch.load(stopped_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"]
+    assert 8 <= stopped_at < 50, stderr[-3000:]  # the interruption's checkpoint, not a periodic one
+    resumed = subprocess.run(torchrun("pretrain", config, stopped_dir, "--no-progress", "--resume"), cwd=REPO, capture_output=True, text=True, env=ONE_THREAD, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in metric_records(stopped_dir) if "loss" in r] == [r["step"] for r in metric_records(tmp_path / "single") if "loss" in r]
+    expected, actual = saved_weights(tmp_path / "single" / "model-last"), saved_weights(stopped_dir / "model-last")
+    assert max(float(numpy.abs(expected[n] - actual[n]).max()) for n in expected) < 1e-5

@@ -1,7 +1,9 @@
 """The pretraining loop: it learns, reports exact perplexity, checkpoints and resumes exactly."""
 import json
 import math
+import os
 import shutil
+import signal
 
 import numpy
 import pytest
@@ -13,7 +15,7 @@ from spacy_elmo.nn.objective import BOS_ID, EOS_ID
 from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.data import BatchStream, read_sentences, to_tensors, train_shards
-from spacy_elmo.training.trainer import pretrain
+from spacy_elmo.training.trainer import StopRequest, pretrain
 
 
 def config_for(corpus, **training):
@@ -189,3 +191,20 @@ def test_pretrain_restores_the_callers_thread_count(toy_corpus, tmp_path):
     with pytest.raises(ValueError, match="already holds"):
         pretrain(config_for(toy_corpus, max_steps=1, num_threads=threads + 1), tmp_path / "out", progress_bar=False)
     assert torch.get_num_threads() == threads
+
+
+def test_a_signal_requests_a_stop_and_a_later_repeat_stops_at_once(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("spacy_elmo.training.trainer.time.monotonic", lambda: clock[0])
+    previous = signal.getsignal(signal.SIGINT)
+    with StopRequest() as stop:
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.requested
+        clock[0] += 0.5  # a relayed copy of the same request: torchrun's agent passing on a Ctrl-C
+        os.kill(os.getpid(), signal.SIGINT)
+        clock[0] += 1.0
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is previous
+
