@@ -76,22 +76,13 @@ def build_objective(config: PretrainConfig, vocab_size: int, bilm: Optional[BiLM
 
 class StopRequest:
     """SIGINT / SIGTERM ask the loop to stop at the next step boundary (and checkpoint
-    there); another signal more than `REPEAT_AFTER_SECONDS` later stops at once.
-
-    The grace period matters under torchrun: a Ctrl-C reaches the workers from the
-    terminal and, a moment later, relayed by the agent, and both are one request.
-    """
+    there); a second signal stops at once."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
-    REPEAT_AFTER_SECONDS = 1.0
 
     def __init__(self) -> None:
-        self._requested_at: Optional[float] = None
+        self.requested = False
         self._previous: Dict[int, Any] = {}
-
-    @property
-    def requested(self) -> bool:
-        return self._requested_at is not None
 
     def __enter__(self) -> "StopRequest":
         try:
@@ -105,11 +96,9 @@ class StopRequest:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        if self._requested_at is None:
-            self._requested_at = now
-        elif now - self._requested_at > self.REPEAT_AFTER_SECONDS:
-            raise KeyboardInterrupt
+        self.requested = True
+        for sig in self.SIGNALS:
+            signal.signal(sig, signal.default_int_handler)
 
 
 class Trainer:

@@ -103,7 +103,8 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(t
 
 
 def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_and_resumes(toy_corpus, tmp_path):
-    """A terminal's Ctrl-C reaches the agent and both workers; the agent relays it to them."""
+    """A terminal's Ctrl-C reaches the agent only (workers run in sessions of their own),
+    and the agent passes it on to every worker."""
     config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, {}, max_steps=60, dropout=0.0, eval_every=50, checkpoint_every=50)
     pretrain(load_config(config), tmp_path / "single", progress_bar=False)
     stopped_dir = tmp_path / "stopped"
