@@ -125,3 +125,64 @@ def metric_records(output_dir: Path) -> list:
     import json
 
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+TAGGED = [
+    ("I like green eggs", ["PRP", "VBP", "JJ", "NNS"], ["PRON", "VERB", "ADJ", "NOUN"]),
+    ("Eat blue ham", ["VB", "JJ", "NN"], ["VERB", "ADJ", "NOUN"]),
+    ("They sat by the bank", ["PRP", "VBD", "IN", "DT", "NN"], ["PRON", "VERB", "ADP", "DET", "NOUN"]),
+    ("The bank approved the loan", ["DT", "NN", "VBD", "DT", "NN"], ["DET", "NOUN", "VERB", "DET", "NOUN"]),
+]
+"""Sentences with XPOS tags and UPOS, for training small taggers and morphologizers."""
+
+
+def tagged_examples(nlp):
+    from spacy.training import Example
+
+    return [Example.from_dict(nlp.make_doc(text), {"tags": tags, "pos": pos}) for text, tags, pos in TAGGED]
+
+
+def hash_embed(width: int) -> dict:
+    return {"@architectures": "spacy.MultiHashEmbed.v2", "width": width, "attrs": ["NORM", "PREFIX"], "rows": [500, 100], "include_static_vectors": False}
+
+
+def elmo_mix(**settings) -> dict:
+    return {"@architectures": "spacy-elmo.ElmoScalarMix.v2", "dropout": 0.0, **settings}
+
+
+def with_elmo(features: dict, width: int, **mix) -> dict:
+    return {"@architectures": "spacy-elmo.WithElmo.v1", "width": width, "features": features, "mix": elmo_mix(**mix)}
+
+
+def listener(width: int) -> dict:
+    return {"@architectures": "spacy.Tok2VecListener.v1", "width": width, "upstream": "*"}
+
+
+def elmo_tagging_pipeline(model_dir: Path, per_task: bool = False, width: int = 16, components=("tagger", "morphologizer")):
+    """elmo + tok2vec + tagger and morphologizer listening to it. ELMo enters the shared tok2vec
+    (concatenated to hash embeddings), or, with `per_task`, each component concatenates its
+    own mix to its listener's output."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(model_dir)})
+    embed = hash_embed(width) if per_task else with_elmo(hash_embed(width), width)
+    encode = {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": width, "depth": 1, "window_size": 1, "maxout_pieces": 3}
+    nlp.add_pipe("tok2vec", config={"model": {"@architectures": "spacy.Tok2Vec.v2", "embed": embed, "encode": encode}})
+    for name in components:
+        tok2vec = with_elmo(listener(width), width) if per_task else listener(width)
+        nlp.add_pipe(name, config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": tok2vec}})
+    return nlp
+
+
+def train_pipeline(nlp, steps: int = 40, learn_rate: float = 0.02):
+    """Initialize on `tagged_examples` and update `steps` times with elmo frozen and annotating."""
+    from thinc.api import Adam, fix_random_seed
+
+    fix_random_seed(0)
+    examples = tagged_examples(nlp)
+    nlp.initialize(lambda: examples)
+    optimizer = Adam(learn_rate)
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer, annotates=["elmo"], exclude=["elmo"])
+    return nlp

@@ -1,7 +1,7 @@
 """Weight formats: the public ELMo hdf5 + options json, and the project's model directory."""
 from .errors import ModelFileError
 from .lm_head import load_lm_head, save_lm_head
-from .model_dir import find_model_dir, is_model_dir, load_model, model_from_bytes, model_to_bytes, save_model
+from .model_dir import find_model_dir, is_model_dir, load_model, load_model_config, model_from_bytes, model_to_bytes, save_model
 from .options import read_options, write_options
 from .public_hdf5 import load_public_model, load_public_weights, save_public_model, save_public_weights
 
@@ -11,6 +11,7 @@ __all__ = [
     "is_model_dir",
     "load_lm_head",
     "load_model",
+    "load_model_config",
     "load_public_model",
     "load_public_weights",
     "model_from_bytes",

@@ -42,6 +42,13 @@ def find_model_dir(path: Union[str, Path]) -> Path:
     raise ModelFileError(path, "neither a spacy-elmo model directory nor a spaCy pipeline with an elmo component")
 
 
+def load_model_config(path: Union[str, Path]) -> BiLMConfig:
+    """The biLM configuration of a model directory, without reading its weights."""
+    config_path = Path(path) / CONFIG_FILE
+    header = _read_header(config_path)
+    return _config_from_header(header, config_path)
+
+
 def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
     """Write `bilm` to the directory `path` (created if needed)."""
     path = Path(path)
@@ -56,12 +63,7 @@ def load_model(path: Union[str, Path]) -> BiLM:
     config_path = path / CONFIG_FILE
     if not path.is_dir():
         raise ModelFileError(path, "model directory not found")
-    if not config_path.is_file():
-        raise ModelFileError(path, f"not a spacy-elmo model directory (no {CONFIG_FILE})")
-    try:
-        header = json.loads(config_path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ModelFileError(config_path, f"not valid JSON ({err})") from err
+    header = _read_header(config_path)
     weights_path = path / WEIGHTS_FILE
     if not weights_path.is_file():
         raise ModelFileError(weights_path, "weight file not found")
@@ -81,6 +83,26 @@ def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
     return _build(header, weights, source, source)
 
 
+def _read_header(config_path: Path) -> Any:
+    if not config_path.is_file():
+        raise ModelFileError(config_path.parent, f"not a spacy-elmo model directory (no {CONFIG_FILE})")
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelFileError(config_path, f"not valid JSON ({err})") from err
+
+
+def _config_from_header(header: Any, config_source: Any) -> BiLMConfig:
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ModelFileError(config_source, f"not a {FORMAT} configuration")
+    if header.get("version") != VERSION:
+        raise ModelFileError(config_source, f"format version {header.get('version')!r} is not supported (expected {VERSION})")
+    try:
+        return BiLMConfig.from_dict(header["bilm"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelFileError(config_source, f"invalid biLM configuration ({err})") from err
+
+
 def _header(bilm: BiLM) -> Dict[str, Any]:
     return {"format": FORMAT, "version": VERSION, "bilm": bilm.config.to_dict()}
 
@@ -93,14 +115,7 @@ def _weights_to_npz(bilm: BiLM) -> bytes:
 
 
 def _build(header: Any, weights: bytes, config_source: Any, weights_source: Any) -> BiLM:
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ModelFileError(config_source, f"not a {FORMAT} configuration")
-    if header.get("version") != VERSION:
-        raise ModelFileError(config_source, f"format version {header.get('version')!r} is not supported (expected {VERSION})")
-    try:
-        config = BiLMConfig.from_dict(header["bilm"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ModelFileError(config_source, f"invalid biLM configuration ({err})") from err
+    config = _config_from_header(header, config_source)
     bilm = BiLM(config)
     expected = bilm.state_dict()
     arrays = read_arrays(weights, weights_source)

@@ -1,26 +1,82 @@
 """Thinc layers for downstream components that consume ELMo, as in the paper.
 
-`spacy-elmo.ElmoScalarMix.v1` reads the per-layer vectors that an upstream `elmo`
-component stored (`keep_layers = true`) and mixes them with a learned, task-specific
-`gamma * softmax(s) . layers`. In a training config the `elmo` component is listed in both
-`frozen_components` and `annotating_components`, so it annotates the training docs. spaCy
-initializes components on docs that no upstream component has annotated, so for
-`spacy train` set `n_elmo_layers` and `elmo_width`; with annotated sample docs they are read
-from the docs. Only between such an initialization and the first annotated batch does the
-layer give zeros for docs without `doc._.elmo` (spaCy's own listeners do the same); any
-other doc without it is an error.
+A mix reads the per-layer vectors that an upstream `elmo` component stored
+(`keep_layers = true`) and combines them with learned, task-specific weights:
+`gamma * sum_j softmax(s)_j * h_j` (the paper's eq. 1). In a training config the `elmo`
+component is listed in both `frozen_components` and `annotating_components`, so it
+annotates the training docs and is never updated.
+
+- `spacy-elmo.ElmoScalarMix.v2`: the mix as bilm-tf defines it (s = 0 and gamma = 1 at
+  the start, dropout on the ELMo vector, optional `l2_coef * ||s||^2`, optional layer
+  normalization of every layer, per token).
+- `spacy-elmo.WithElmo.v1`: `[features; ELMo]` mapped to `width`, where `features` is any
+  `List[Doc] -> List[Floats2d]` layer: a spaCy embed such as `spacy.MultiHashEmbed.v2` (the
+  paper's ELMo at the input, as `embed` of `spacy.Tok2Vec.v2`) or a `spacy.Tok2VecListener.v1`
+  (a component's own mix on top of a shared tok2vec).
+- `spacy-elmo.ElmoScalarMix.v1`: the first mix (kept for saved pipelines and configs).
+
+The `elmo` component gives every mix downstream of it its dimensions when spaCy links the
+pipeline (see `ElmoComponent.find_listeners`), so `n_elmo_layers` and `elmo_width` are only
+needed without one. spaCy initializes components on docs that no upstream component has
+annotated: until a mix has seen annotated docs, it gives zeros for unannotated docs outside
+training (spaCy's own listeners do the same); an unannotated doc in training is an error.
 """
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Dropout, Linear, Model, chain, with_array
+from thinc.api import Dropout, Linear, Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats1d, Floats2d, Floats3d
 
 from .extensions import doc_elmo
 
+MIX_NAME = "elmo_scalar_mix"
+SEEN_ANNOTATED = "seen_annotated_docs"
+"""attr: True once the mix has read doc._.elmo (from then on an unannotated doc is an error)."""
+GAMMA_PARAM = "gamma_param"
+"""attr: the name of the parameter holding gamma ("gamma", or "gamma_offset" with gamma = 1 + it)."""
+LAYER_NORM_EPS = 1e-12
+"""bilm-tf's epsilon in `weight_layers(do_layer_norm=True)`."""
 
-UNANNOTATED_OK = "zeros_for_unannotated_docs"
+_TRAINED_MIX_IDS: Set[int] = set()
+"""`Model.id` (unique in a process) of the mixes that have run a training forward pass."""
+
+
+@registry.architectures("spacy-elmo.ElmoScalarMix.v2")
+def ElmoScalarMix_v2(
+    dropout: float = 0.5,
+    l2_coef: float = 0.0,
+    layer_norm: bool = False,
+    n_elmo_layers: Optional[int] = None,
+    elmo_width: Optional[int] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> (n_tokens, elmo_width) per doc: `gamma * sum_j softmax(s)_j * norm(h_j)`.
+
+    dropout: on the mixed ELMo vector in training. It is this layer's own rate: spaCy's
+        `[training] dropout` does not override it.
+    l2_coef: lambda of bilm-tf's `l2_coef * sum(s ** 2)`, added to the gradient of s at
+        every backward pass (the paper prefers 0.001).
+    layer_norm: normalize each layer of each token to zero mean and unit variance over its
+        `elmo_width` values before mixing (bilm-tf and AllenNLP use one mean and variance
+        over the whole batch instead, which makes a doc's vectors depend on its batch).
+    n_elmo_layers, elmo_width: only without an `elmo` component before this one in the
+        pipeline: its n_layers + 1 and 2 * projection_dim.
+
+    gamma is stored as `gamma_offset` = gamma - 1, so that weight decay (spaCy's
+    `L2_is_weight_decay`) pulls gamma toward 1, as it pulls s toward 0 (the plain average).
+    """
+    _check_rate("dropout", dropout)
+    if l2_coef < 0:
+        raise ValueError(f"spacy-elmo.ElmoScalarMix.v2: l2_coef must not be negative, got {l2_coef}")
+    return _mix_model(
+        "spacy-elmo.ElmoScalarMix.v2",
+        n_elmo_layers,
+        elmo_width,
+        gamma_param="gamma_offset",
+        dropout=dropout,
+        l2_coef=l2_coef,
+        layer_norm=layer_norm,
+    )
 
 
 @registry.architectures("spacy-elmo.ElmoScalarMix.v1")
@@ -32,17 +88,11 @@ def ElmoScalarMix(
 ) -> Model[List[Doc], List[Floats2d]]:
     """Docs -> (n_tokens, width) per doc: learned layer mix, then an optional linear map to `width`.
 
+    dropout: a thinc `Dropout` after the mix; spaCy's `[training] dropout` replaces its rate.
     n_elmo_layers: layers stored by the elmo component (its n_layers + 1).
     elmo_width: width of each stored layer (2 * projection_dim).
     """
-    mix: Model[List[Doc], List[Floats2d]] = Model(
-        "elmo_scalar_mix",
-        _mix_forward,
-        init=_mix_init,
-        params={"scalars": None, "gamma": None},
-        dims={"nL": n_elmo_layers, "nO": elmo_width},
-        attrs={UNANNOTATED_OK: False},
-    )
+    mix = _mix_model("spacy-elmo.ElmoScalarMix.v1", n_elmo_layers, elmo_width, gamma_param="gamma")
     head: List[Model] = [Dropout(dropout)] if dropout else []
     if width is not None:
         head.append(Linear(nO=width))
@@ -51,12 +101,93 @@ def ElmoScalarMix(
     return chain(mix, with_array(head[0] if len(head) == 1 else chain(*head)))
 
 
-def _stored_layers(doc: Doc) -> Floats3d:
+@registry.architectures("spacy-elmo.WithElmo.v1")
+def WithElmo(
+    features: Model[List[Doc], List[Floats2d]],
+    mix: Model[List[Doc], List[Floats2d]],
+    width: int,
+    maxout_pieces: int = 3,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> (n_tokens, width) per doc: `[features(doc); mix(doc)]` through a layer-normalized
+    Maxout to `width` (how spaCy's `MultiHashEmbed` combines its own features)."""
+    if width < 1 or maxout_pieces < 1:
+        raise ValueError(f"spacy-elmo.WithElmo.v1: width and maxout_pieces must be positive, got {width} and {maxout_pieces}")
+    combine = Maxout(nO=width, nP=maxout_pieces, dropout=0.0, normalize=True)
+    return chain(concatenate(features, mix), with_array(combine))
+
+
+def is_elmo_mix(model: Model) -> bool:
+    return model.name == MIX_NAME
+
+
+def mix_weights(model: Model) -> Floats1d:
+    """softmax(s): the normalized layer weights of an ELMo mix."""
+    return model.ops.softmax(model.get_param("scalars"))
+
+
+def mix_gamma(model: Model) -> float:
+    """The scale gamma of an ELMo mix."""
+    name = model.attrs[GAMMA_PARAM]
+    value = float(model.get_param(name)[0])
+    return 1.0 + value if name == "gamma_offset" else value
+
+
+def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
+    """Give a mix the shape of the elmo component's layers; an error if it was set otherwise."""
+    if model.has_dim("nL") and model.has_dim("nO"):
+        if (model.get_dim("nL"), model.get_dim("nO")) != (n_layers, width):
+            raise ValueError(
+                f"{where}: an ELMo mix set up for {model.get_dim('nL')} layers of width {model.get_dim('nO')}, "
+                f"but the elmo component's model gives {n_layers} layers of width {width}: "
+                "drop n_elmo_layers / elmo_width from its config (they are read from the elmo component)"
+            )
+        return
+    model.set_dim("nL", n_layers)
+    model.set_dim("nO", width)
+
+
+def has_trained(model: Model) -> bool:
+    """Whether the mix has run a training forward pass in this process."""
+    return model.id in _TRAINED_MIX_IDS
+
+
+def _mix_model(
+    source: str,
+    n_elmo_layers: Optional[int],
+    elmo_width: Optional[int],
+    gamma_param: str,
+    dropout: float = 0.0,
+    l2_coef: float = 0.0,
+    layer_norm: bool = False,
+) -> Model[List[Doc], List[Floats2d]]:
+    return Model(
+        MIX_NAME,
+        _mix_forward,
+        init=_mix_init,
+        params={"scalars": None, gamma_param: None},
+        dims={"nL": n_elmo_layers, "nO": elmo_width},
+        attrs={
+            "source": source,
+            GAMMA_PARAM: gamma_param,
+            "elmo_dropout": dropout,
+            "l2_coef": l2_coef,
+            "layer_norm": layer_norm,
+            SEEN_ANNOTATED: False,
+        },
+    )
+
+
+def _check_rate(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {value}")
+
+
+def _stored_layers(model: Model, doc: Doc) -> Floats3d:
     output = doc_elmo(doc)
     if output is None or output.layers is None:
         raise ValueError(
-            "spacy-elmo.ElmoScalarMix.v1 needs doc._.elmo.layers: put the 'elmo' component before this one "
-            "with keep_layers = true, and list it in [training] annotating_components"
+            f"{model.attrs['source']} needs doc._.elmo.layers: put the 'elmo' component before this one "
+            "with keep_layers = true, and list it in [training] frozen_components and annotating_components"
         )
     return output.layers
 
@@ -64,49 +195,73 @@ def _stored_layers(doc: Doc) -> Floats3d:
 def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
     annotated = [doc for doc in X or [] if doc_elmo(doc) is not None]
     if annotated:
-        n_layers, _, width = _stored_layers(annotated[0]).shape
-        model.set_dim("nL", n_layers)
-        model.set_dim("nO", width)
-    elif model.has_dim("nL") and model.has_dim("nO"):
-        model.attrs[UNANNOTATED_OK] = True
-    else:
+        n_layers, _, width = _stored_layers(model, annotated[0]).shape
+        set_mix_dims(model, n_layers, width, model.attrs["source"])
+    elif not (model.has_dim("nL") and model.has_dim("nO")):
         raise ValueError(
-            "spacy-elmo.ElmoScalarMix.v1 cannot see doc._.elmo on its sample docs: "
-            "set n_elmo_layers (the elmo model's n_layers + 1) and elmo_width (2 * projection_dim)"
+            f"{model.attrs['source']} cannot see doc._.elmo on its sample docs and has no elmo component to ask: "
+            "put an 'elmo' component with loadable weights before this one in the pipeline, "
+            "or set n_elmo_layers (the elmo model's n_layers + 1) and elmo_width (2 * projection_dim)"
         )
+    model.attrs[SEEN_ANNOTATED] = False  # a new start: zeros for unannotated docs until annotated ones come
     model.set_param("scalars", model.ops.alloc1f(model.get_dim("nL")))
-    model.set_param("gamma", model.ops.asarray1f([1.0]))
+    gamma_param = model.attrs[GAMMA_PARAM]
+    model.set_param(gamma_param, model.ops.asarray1f([0.0 if gamma_param == "gamma_offset" else 1.0]))
 
 
-def _mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
-    ops = model.ops
-    scalars: Floats1d = model.get_param("scalars")
-    gamma = float(model.get_param("gamma")[0])
-    weights = ops.softmax(scalars)
-    if model.attrs[UNANNOTATED_OK]:
-        if not any(doc_elmo(doc) is not None for doc in docs):
-            return [ops.alloc2f(len(doc), model.get_dim("nO")) for doc in docs], lambda d: []
-        model.attrs[UNANNOTATED_OK] = False
-    layers = [ops.asarray3f(_stored_layers(doc)) for doc in docs]
+def _doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Optional[List[Floats3d]]:
+    """Each doc's stored layers (n_layers, n_tokens, width), or None for the zeros of initialization."""
+    if not is_train and not model.attrs[SEEN_ANNOTATED] and all(doc_elmo(doc) is None for doc in docs):
+        return None
+    layers = [model.ops.asarray3f(_stored_layers(model, doc)) for doc in docs]
     expected = (model.get_dim("nL"), model.get_dim("nO"))
     for doc_layers in layers:
         if (doc_layers.shape[0], doc_layers.shape[2]) != expected:
             raise ValueError(
                 f"doc._.elmo.layers has {doc_layers.shape[0]} layers of width {doc_layers.shape[2]}, "
-                f"but this spacy-elmo.ElmoScalarMix.v1 was set up for {expected[0]} of width {expected[1]}"
+                f"but this {model.attrs['source']} was set up for {expected[0]} of width {expected[1]}"
             )
+    model.attrs[SEEN_ANNOTATED] = True
+    return layers
+
+
+def _normalize_tokens(model: Model, layers: Floats3d) -> Floats3d:
+    """(n_layers, n_tokens, width): each (layer, token) row to zero mean and unit variance."""
+    xp = model.ops.xp
+    centred = layers - layers.mean(axis=-1, keepdims=True)
+    return centred / xp.sqrt((centred**2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
+
+
+def _mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    ops = model.ops
+    if is_train:
+        _TRAINED_MIX_IDS.add(model.id)
+    layers = _doc_layers(model, docs, is_train)
+    if layers is None:
+        return [ops.alloc2f(len(doc), model.get_dim("nO")) for doc in docs], lambda d_outputs: []
+    if model.attrs["layer_norm"]:
+        layers = [_normalize_tokens(model, doc_layers) for doc_layers in layers]
+    scalars: Floats1d = model.get_param("scalars")
+    weights = ops.softmax(scalars)
+    gamma = mix_gamma(model)
     mixed = [ops.xp.tensordot(weights, doc_layers, axes=1) for doc_layers in layers]
-    outputs = [gamma * m for m in mixed]
+    rate = model.attrs["elmo_dropout"] if is_train else 0.0
+    masks = [ops.get_dropout_mask(m.shape, rate) for m in mixed] if rate else None
+    outputs = [gamma * m * masks[i] if masks else gamma * m for i, m in enumerate(mixed)]
 
     def backprop(d_outputs: List[Floats2d]) -> List[Doc]:
         d_weights = ops.alloc1f(weights.shape[0])
         d_gamma = 0.0
-        for doc_layers, doc_mixed, d_out in zip(layers, mixed, d_outputs):
+        for i, (doc_layers, doc_mixed, d_out) in enumerate(zip(layers, mixed, d_outputs)):
+            if masks:
+                d_out = d_out * masks[i]
             d_gamma += float((d_out * doc_mixed).sum())
             d_weights += gamma * ops.xp.tensordot(doc_layers, d_out, axes=([1, 2], [0, 1]))
         d_scalars = weights * (d_weights - (weights * d_weights).sum())
+        if model.attrs["l2_coef"]:
+            d_scalars = d_scalars + 2.0 * model.attrs["l2_coef"] * scalars
         model.inc_grad("scalars", d_scalars)
-        model.inc_grad("gamma", ops.asarray1f([d_gamma]))
+        model.inc_grad(model.attrs[GAMMA_PARAM], ops.asarray1f([d_gamma]))
         return []
 
     return outputs, backprop

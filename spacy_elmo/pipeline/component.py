@@ -1,6 +1,7 @@
 """The `elmo` pipeline component: runs the biLM over docs and stores `doc._.elmo`."""
+import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -9,16 +10,33 @@ from spacy.pipeline import Pipe
 from spacy.tokens import Doc
 from spacy.util import minibatch
 from spacy.vocab import Vocab
+from thinc.api import Model
 
-from ..io import ModelFileError, find_model_dir, load_model, load_public_model, model_from_bytes, model_to_bytes, save_model
+from ..io import (
+    ModelFileError,
+    find_model_dir,
+    load_model,
+    load_model_config,
+    load_public_model,
+    model_from_bytes,
+    model_to_bytes,
+    read_options,
+    save_model,
+)
 from ..nn.bilm import BiLM
+from ..nn.config import BiLMConfig
 from ..nn.embedder import Embedder
+from .architectures import has_trained, is_elmo_mix, set_mix_dims
 from .config import ElmoSettings, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
+from .layer_cache import LayerCache
 from .output import ElmoOutput
 from .segments import Segment, doc_segments, token_budget_batches
 from .similarity import set_similarity_hooks
 from .threads import apply_num_threads
+
+Words = Tuple[str, ...]
+"""The token strings of a segment: what the biLM reads, and the layer cache's key."""
 
 DEFAULT_CONFIG: Dict[str, Any] = {
     "weights": "",
@@ -35,6 +53,10 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "num_threads": 0,
     "token_cache_size": 20000,
     "precision": "fp32",
+    "layer_cache": "training",
+    "layer_cache_bytes": 2 * 1024**3,
+    "layer_cache_spill_bytes": 0,
+    "layer_cache_dir": None,
 }
 
 
@@ -56,6 +78,10 @@ def make_elmo(
     num_threads: int,
     token_cache_size: int,
     precision: str,
+    layer_cache: str,
+    layer_cache_bytes: int,
+    layer_cache_spill_bytes: int,
+    layer_cache_dir: Optional[str],
 ) -> "ElmoComponent":
     """The `elmo` factory; the settings are described in the README."""
     settings = ElmoSettings(
@@ -71,6 +97,10 @@ def make_elmo(
         num_threads=num_threads,
         token_cache_size=token_cache_size,
         precision=precision,
+        layer_cache=layer_cache,
+        layer_cache_bytes=layer_cache_bytes,
+        layer_cache_spill_bytes=layer_cache_spill_bytes,
+        layer_cache_dir=layer_cache_dir,
     )
     return ElmoComponent(nlp.vocab, name, weights=weights, options=options, settings=settings)
 
@@ -78,6 +108,18 @@ def make_elmo(
 def load_bilm(weights: Union[str, Path], options: Optional[Union[str, Path]] = None) -> BiLM:
     """A model directory, a saved pipeline with an elmo component, or a public hdf5 file
     with its options.json."""
+    path, options_path = _locate(weights, options)
+    return load_model(path) if options_path is None else load_public_model(options_path, path)
+
+
+def bilm_config(weights: Union[str, Path], options: Optional[Union[str, Path]] = None) -> BiLMConfig:
+    """The configuration of the biLM `load_bilm` would load, without reading its weights."""
+    path, options_path = _locate(weights, options)
+    return load_model_config(path) if options_path is None else read_options(options_path)
+
+
+def _locate(weights: Union[str, Path], options: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
+    """(model directory, None), or (public .hdf5 file, its options.json)."""
     if not weights:
         raise ValueError(
             "the elmo component has no 'weights': give a spacy-elmo model directory, "
@@ -87,12 +129,12 @@ def load_bilm(weights: Union[str, Path], options: Optional[Union[str, Path]] = N
     if path.is_dir():
         if options:
             raise ValueError(f"'options' is only used with a public .hdf5 file, but 'weights' ({path}) is a directory")
-        return load_model(find_model_dir(path))
+        return find_model_dir(path), None
     if not path.exists():
         raise ModelFileError(path, "weights not found (expected a model directory or a public .hdf5 file)")
     if not options:
         raise ValueError(f"'weights' ({path}) is a public ELMo weight file: set 'options' to its options.json")
-    return load_public_model(options, path)
+    return path, Path(options)
 
 
 class ElmoComponent(Pipe):
@@ -100,6 +142,10 @@ class ElmoComponent(Pipe):
 
     The biLM is loaded on first use from `weights`/`options`, or from the pipeline's own
     directory by `from_disk`/`from_bytes`, so a saved pipeline does not need the original files.
+
+    Downstream ELMo mixes (`spacy-elmo.ElmoScalarMix.*`) read `doc._.elmo`. spaCy's
+    listener protocol (`find_listeners`, called whenever it links the pipeline) lets this
+    component find them and give them the model's layer count and width.
     """
 
     def __init__(
@@ -118,9 +164,14 @@ class ElmoComponent(Pipe):
         self.options = options
         self.settings = settings
         self.device = torch.device(settings.device)
+        self.listener_map: Dict[str, List[Model]] = {}
+        self.model: Model = Model("elmo-annotations", _no_forward)
+        """A stand-in for spaCy's listener protocol: the biLM is not a thinc model, and
+        ELMo mixes read doc._.elmo, so `nlp.replace_listeners` does not apply to them."""
         self._bilm: Optional[BiLM] = None
         self._mix: Optional[LayerMix] = None
         self._embedder: Optional[Embedder] = None
+        self._layer_cache: Optional[LayerCache] = None
 
     @property
     def bilm(self) -> BiLM:
@@ -140,6 +191,74 @@ class ElmoComponent(Pipe):
         self._mix = LayerMix.from_setting(self.settings.mix, bilm.n_output_layers)
         self._bilm = bilm.to(self.device).eval()
         self._embedder = Embedder(self._bilm, self.settings.token_cache_size, self.settings.precision)
+        if self._layer_cache is not None:
+            self._layer_cache.clear()
+        for component, listeners in self.listener_map.items():
+            for listener in listeners:
+                self._give_shape(listener, component)
+
+    @property
+    def layer_cache(self) -> Optional[LayerCache]:
+        """The per-sentence layer cache, when the `layer_cache` setting has it on now."""
+        mode = self.settings.layer_cache
+        if mode == "never" or (mode == "training" and not any(has_trained(m) for m in self.listeners)):
+            return None
+        if self._layer_cache is None:
+            settings = self.settings
+            spill_dir = Path(settings.layer_cache_dir or tempfile.gettempdir()) if settings.layer_cache_spill_bytes else None
+            self._layer_cache = LayerCache(settings.layer_cache_bytes, spill_dir, settings.layer_cache_spill_bytes)
+        return self._layer_cache
+
+    # spaCy's ListenedToComponent protocol: the listeners are the ELMo mixes downstream.
+
+    @property
+    def listeners(self) -> List[Model]:
+        return [listener for listeners in self.listener_map.values() for listener in listeners]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map)
+
+    def add_listener(self, listener: Model, component_name: str) -> None:
+        """Register an ELMo mix of `component_name` and give it the model's shape if known."""
+        listeners = self.listener_map.setdefault(component_name, [])
+        if listener not in listeners:
+            listeners.append(listener)
+        self._give_shape(listener, component_name)
+
+    def remove_listener(self, listener: Model, component_name: str) -> bool:
+        listeners = self.listener_map.get(component_name, [])
+        if listener not in listeners:
+            return False
+        listeners.remove(listener)
+        if not listeners:
+            del self.listener_map[component_name]
+        return True
+
+    def find_listeners(self, component: Any) -> None:
+        """Register every ELMo mix in `component`'s model."""
+        model = getattr(component, "model", None)
+        if isinstance(model, Model):
+            for node in model.walk():
+                if is_elmo_mix(node):
+                    self.add_listener(node, component.name)
+
+    def _give_shape(self, listener: Model, component_name: str) -> None:
+        shape = self._layer_shape()
+        if shape is not None:
+            set_mix_dims(listener, *shape, where=f"component {component_name!r}")
+
+    def _layer_shape(self) -> Optional[Tuple[int, int]]:
+        """(n_layers + 1, 2P) of the biLM, or None while its weights cannot be found
+        (a pipeline being loaded gets its mixes' shapes from its own files)."""
+        if self._bilm is not None:
+            config = self._bilm.config
+        else:
+            try:
+                config = bilm_config(self.weights, self.options)
+            except (ModelFileError, ValueError):
+                return None
+        return config.n_layers + 1, config.output_dim
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
         """Load the weights now rather than on the first doc."""
@@ -159,32 +278,39 @@ class ElmoComponent(Pipe):
                 error_handler(self.name, self, docs, err)
 
     def annotate(self, docs: List[Doc]) -> None:
-        """Run the biLM over `docs` and store the results on them."""
+        """Run the biLM over `docs` (segments found in the layer cache excepted) and store
+        the results on them."""
         bilm = self.bilm  # loads the weights on first use
         apply_num_threads(self.settings.num_threads)
         width = bilm.config.output_dim
         leading = (bilm.n_output_layers,) if self.settings.keep_layers else ()
         stored = [numpy.zeros((*leading, len(doc), width), dtype=numpy.float32) for doc in docs]
         settings = self.settings
-        segments = [
-            segment
-            for index, doc in enumerate(docs)
-            for segment in doc_segments(doc, index, settings.use_sentences, settings.window_size, settings.window_overlap)
-        ]
-        for batch in token_budget_batches(segments, settings.batch_tokens):
-            self._run_batch(docs, batch, stored)
+        cache = self.layer_cache
+        to_embed: List[Tuple[Segment, Words]] = []
+        for index, doc in enumerate(docs):
+            for segment in doc_segments(doc, index, settings.use_sentences, settings.window_size, settings.window_overlap):
+                words = tuple(doc[i].text for i in segment.token_indices)
+                cached = cache.get(words) if cache is not None else None
+                if cached is None:
+                    to_embed.append((segment, words))
+                else:
+                    _write_segment(stored, segment, cached)
+        for batch in token_budget_batches(to_embed, settings.batch_tokens, length=lambda item: len(item[1])):
+            values = self._embed([words for _, words in batch])
+            for row, (segment, words) in enumerate(batch):
+                segment_values = values[..., row, : len(words), :]
+                if cache is not None:
+                    cache.put(words, segment_values)
+                _write_segment(stored, segment, segment_values)
         for doc, values in zip(docs, stored):
             self._store(doc, values)
 
-    def _run_batch(self, docs: List[Doc], batch: List[Segment], stored: List[numpy.ndarray]) -> None:
-        """Embed one batch of segments and write the kept rows into each doc's array."""
-        sentences = [[docs[segment.doc_index][i].text for i in segment.token_indices] for segment in batch]
+    def _embed(self, sentences: List[Words]) -> numpy.ndarray:
+        """(L + 1, batch, time, 2P) float32 layers, or (batch, time, 2P) mixed when layers are not kept."""
         assert self._embedder is not None
-        layers = self._embedder(sentences).layers.cpu().numpy()  # (L + 1, batch, time, 2P) float32
-        values = layers if self.settings.keep_layers else self._mixed(layers)
-        for row, segment in enumerate(batch):
-            keep = slice(segment.keep_start, segment.keep_end)
-            stored[segment.doc_index][..., segment.token_indices[keep], :] = values[..., row, keep, :]
+        layers = self._embedder(sentences).layers.cpu().numpy()
+        return layers if self.settings.keep_layers else self._mixed(layers)
 
     def _mixed(self, layers: numpy.ndarray) -> numpy.ndarray:
         """(L + 1, ..., 2P) -> (..., 2P) with the configured mix."""
@@ -216,3 +342,13 @@ class ElmoComponent(Pipe):
     def from_bytes(self, bytes_data: bytes, *, exclude: Iterable[str] = tuple()) -> "ElmoComponent":
         self.set_bilm(model_from_bytes(bytes_data, source=f"pipeline component {self.name!r}"))
         return self
+
+
+def _write_segment(stored: List[numpy.ndarray], segment: Segment, values: numpy.ndarray) -> None:
+    """Copy the kept rows of one segment's values (..., segment length, 2P) into its doc's array."""
+    keep = slice(segment.keep_start, segment.keep_end)
+    stored[segment.doc_index][..., segment.token_indices[keep], :] = values[..., keep, :]
+
+
+def _no_forward(model: Model, docs: Any, is_train: bool) -> Any:
+    raise ValueError("the elmo component's stand-in model does not run: the biLM runs in the component")

@@ -1,6 +1,8 @@
 """Validation of the `elmo` component's settings, with errors that say what to change."""
 from dataclasses import dataclass
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
+
+from pathlib import Path
 
 import numpy
 import torch
@@ -8,6 +10,7 @@ import torch
 from ..nn.precision import check_precision
 
 MixSetting = Union[str, int, Dict[str, Any]]
+LAYER_CACHE_MODES = ("training", "always", "never")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class ElmoSettings:
     num_threads: int = 0
     token_cache_size: int = 20000
     precision: str = "fp32"
+    layer_cache: str = "training"
+    layer_cache_bytes: int = 2 * 1024**3
+    layer_cache_spill_bytes: int = 0
+    layer_cache_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
         LayerMix.check_syntax(self.mix)
@@ -89,6 +96,13 @@ class ElmoSettings:
             raise ValueError(f"num_threads must be 0 (leave torch's setting) or positive, got {self.num_threads}")
         if self.token_cache_size < 0:
             raise ValueError(f"token_cache_size must be 0 (no cache) or positive, got {self.token_cache_size}")
+        if self.layer_cache not in LAYER_CACHE_MODES:
+            raise ValueError(f"layer_cache must be one of {LAYER_CACHE_MODES}, got {self.layer_cache!r}")
+        for name in ("layer_cache_bytes", "layer_cache_spill_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or positive, got {getattr(self, name)}")
+        if self.layer_cache_dir is not None and not Path(self.layer_cache_dir).is_dir():
+            raise ValueError(f"layer_cache_dir {self.layer_cache_dir!r} is not an existing folder")
         try:
             device = torch.device(self.device)
         except RuntimeError as err:

@@ -1,4 +1,4 @@
-"""`spacy-elmo.ElmoScalarMix.v1`: a learned per-task layer mix for downstream components."""
+"""The learned ELMo mixes (`spacy-elmo.ElmoScalarMix.v1`, `.v2`) and `spacy-elmo.WithElmo.v1`."""
 import numpy
 import pytest
 import spacy
@@ -6,7 +6,7 @@ from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Adam, fix_random_seed
 
-from spacy_elmo.pipeline.architectures import ElmoScalarMix
+from spacy_elmo.pipeline.architectures import ElmoScalarMix, ElmoScalarMix_v2, WithElmo, mix_gamma, mix_weights
 
 TRAIN = [
     ("I like green eggs", ["PRON", "VERB", "ADJ", "NOUN"]),
@@ -132,3 +132,180 @@ def test_spacy_train_with_the_shipped_tagger_config(tmp_path, tiny_model_dir):
     assert all(token.tag_ for token in doc)
     with pytest.raises(ValueError, match="needs doc._.elmo.layers"):
         trained.get_pipe("tagger")(trained.make_doc("no elmo here"))
+
+
+# spacy-elmo.ElmoScalarMix.v2
+
+
+def naive_mix(layers, scalars, gamma, layer_norm):
+    """The paper's eq. 1 written out, in float64, with optional per-token normalization."""
+    layers = numpy.asarray(layers, dtype="float64")
+    if layer_norm:
+        mean = layers.mean(axis=-1, keepdims=True)
+        var = ((layers - mean) ** 2).mean(axis=-1, keepdims=True)
+        layers = (layers - mean) / numpy.sqrt(var + 1e-12)
+    weights = numpy.exp(scalars) / numpy.exp(scalars).sum()
+    return gamma * sum(w * layer for w, layer in zip(weights, layers))
+
+
+def mix_v2(docs, **settings):
+    model = ElmoScalarMix_v2(**settings)
+    model.initialize(X=docs)
+    return model
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_v2_starts_as_the_average_and_matches_the_naive_mix(nlp, layer_norm):
+    docs = annotated_docs(nlp, ["the bank of the river", "cash"])
+    model = mix_v2(docs, layer_norm=layer_norm)
+    numpy.testing.assert_array_equal(model.get_param("scalars"), numpy.zeros(3, dtype="f"))
+    assert mix_gamma(model) == 1.0
+    numpy.testing.assert_allclose(mix_weights(model), [1 / 3] * 3, rtol=1e-6)
+    model.set_param("scalars", numpy.asarray([0.4, -1.0, 0.7], dtype="f"))
+    model.set_param("gamma_offset", numpy.asarray([0.5], dtype="f"))
+    outputs = model.predict(docs)
+    for doc, out in zip(docs, outputs):
+        expected = naive_mix(doc._.elmo.layers, numpy.asarray([0.4, -1.0, 0.7]), 1.5, layer_norm)
+        numpy.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_v2_layer_norm_is_per_token_so_a_doc_does_not_depend_on_its_batch(nlp):
+    docs = annotated_docs(nlp, ["the bank of the river", "a completely different sentence , longer than the first one"])
+    model = mix_v2(docs, layer_norm=True)
+    together = model.predict(docs)
+    for doc, out in zip(docs, together):
+        numpy.testing.assert_array_equal(model.predict([doc])[0], out)
+    normalized = naive_mix(docs[0]._.elmo.layers, numpy.zeros(3), 1.0, True)
+    # every layer of every token has zero mean and unit variance before the average
+    assert abs(normalized.mean(axis=-1)).max() < 1e-9
+
+
+@pytest.mark.parametrize("layer_norm,l2_coef,dropout", [(False, 0.0, 0.0), (True, 0.0, 0.0), (False, 3.0, 0.0), (True, 2.0, 0.4)])
+def test_v2_gradients_match_finite_differences(nlp, layer_norm, l2_coef, dropout):
+    """d(loss)/d(s, gamma) for loss = sum(outputs * targets) + l2_coef * ||s||^2, dropout mask fixed by the seed."""
+    docs = annotated_docs(nlp, ["the bank of the river", "cash", "  "])
+    model = mix_v2(docs, layer_norm=layer_norm, l2_coef=l2_coef, dropout=dropout)
+    model.set_param("scalars", numpy.asarray([0.3, -0.2, 0.5], dtype="f"))
+    model.set_param("gamma_offset", numpy.asarray([0.5], dtype="f"))
+    rng = numpy.random.default_rng(0)
+    targets = [rng.normal(size=(len(doc), 12)).astype("f") for doc in docs]
+
+    def loss() -> float:
+        numpy.random.seed(7)  # thinc draws dropout masks from numpy's global generator
+        outputs, _ = model.begin_update(docs)
+        penalty = l2_coef * float((model.get_param("scalars").astype("float64") ** 2).sum())
+        return float(sum((o.astype("float64") * t).sum() for o, t in zip(outputs, targets))) + penalty
+
+    numpy.random.seed(7)
+    outputs, backprop = model.begin_update(docs)
+    if dropout:
+        assert any((o == 0).sum() > (d._.elmo.mixed == 0).sum() for o, d in zip(outputs, docs))
+    assert backprop(targets) == []
+    grads = {name: model.get_grad(name).copy() for name in ("scalars", "gamma_offset")}
+    for name, grad in grads.items():
+        param = model.get_param(name).astype("float64")
+        for k in range(param.shape[0]):
+            shifted = []
+            for eps in (1e-3, -1e-3):
+                value = param.copy()
+                value[k] += eps
+                model.set_param(name, value.astype("f"))
+                shifted.append(loss())
+            model.set_param(name, param.astype("f"))
+            assert grad[k] == pytest.approx((shifted[0] - shifted[1]) / 2e-3, rel=5e-3, abs=2e-3), (name, k)
+
+
+def test_v2_dropout_is_its_own_and_only_in_training(nlp, tiny_model_dir):
+    """spaCy sets every `dropout_rate` attr to [training] dropout; the ELMo dropout is not one."""
+    from thinc.api import set_dropout_rate
+
+    docs = annotated_docs(nlp, ["the bank of the river"])
+    model = mix_v2(docs, dropout=0.5)
+    set_dropout_rate(model, 0.1)
+    assert model.attrs["elmo_dropout"] == 0.5
+    numpy.random.seed(0)
+    trained, _ = model.begin_update(docs)
+    dropped = float((trained[0] == 0).mean() - (docs[0]._.elmo.mixed == 0).mean())
+    assert 0.35 < dropped < 0.65
+    kept = trained[0] != 0
+    numpy.testing.assert_allclose(trained[0][kept], 2.0 * model.predict(docs)[0][kept], rtol=1e-5)
+
+
+def test_weight_decay_pulls_gamma_toward_one_and_the_weights_toward_the_average(nlp):
+    """spaCy's default optimizer (Adam, L2 = 0.01 as weight decay) on a mix with no task gradient."""
+    from thinc.api import Adam
+
+    docs = annotated_docs(nlp, ["the bank of the river"])
+    model = mix_v2(docs)
+    model.set_param("scalars", numpy.asarray([1.0, -1.0, 0.5], dtype="f"))
+    model.set_param("gamma_offset", numpy.asarray([1.0], dtype="f"))  # gamma = 2
+    optimizer = Adam(learn_rate=0.1, L2=0.5, L2_is_weight_decay=True)
+    for _ in range(100):
+        model.inc_grad("scalars", numpy.zeros(3, dtype="f"))
+        model.inc_grad("gamma_offset", numpy.zeros(1, dtype="f"))
+        model.finish_update(optimizer)
+    assert abs(mix_gamma(model) - 1.0) < 0.02  # toward 1, not 0
+    assert numpy.abs(model.get_param("scalars")).max() < 0.01
+
+
+def test_v2_settings_are_checked():
+    with pytest.raises(ValueError, match="dropout must lie in"):
+        ElmoScalarMix_v2(dropout=1.0)
+    with pytest.raises(ValueError, match="l2_coef must not be negative"):
+        ElmoScalarMix_v2(l2_coef=-0.1)
+    with pytest.raises(ValueError, match="width and maxout_pieces must be positive"):
+        WithElmo(ElmoScalarMix_v2(), ElmoScalarMix_v2(), width=0)
+
+
+def test_v2_empty_docs_whitespace_and_unannotated_docs(nlp, tiny_model_dir):
+    docs = annotated_docs(nlp, ["", "  ", "a  b", "word"])
+    model = mix_v2(docs, layer_norm=True)
+    outputs = model.predict(docs)
+    assert [o.shape for o in outputs] == [(0, 12), (1, 12), (3, 12), (1, 12)]
+    assert all(numpy.isfinite(o).all() for o in outputs)
+    numpy.testing.assert_array_equal(outputs[2][1], numpy.zeros(12, dtype="f"))  # the whitespace token
+    _, backprop = model.begin_update(docs)
+    backprop([numpy.ones_like(o) for o in outputs])
+    assert numpy.isfinite(model.get_grad("scalars")).all()
+
+    fresh = ElmoScalarMix_v2(n_elmo_layers=3, elmo_width=12)
+    unannotated = [nlp.make_doc("not annotated yet"), nlp.make_doc("")]
+    fresh.initialize(X=unannotated)
+    assert [o.shape for o in fresh.predict(unannotated)] == [(3, 12), (0, 12)]
+    with pytest.raises(ValueError, match="annotating_components"):
+        fresh.begin_update(unannotated)  # in training, a doc without doc._.elmo is an error
+    fresh.predict(docs)
+    with pytest.raises(ValueError, match="needs doc._.elmo.layers"):
+        fresh.predict(unannotated)  # once it has seen annotated docs, too
+
+
+def test_with_elmo_concatenates_features_and_mix_then_maps_to_width(nlp):
+    docs = annotated_docs(nlp, ["the bank of the river", "cash"])
+    features = registry.resolve(
+        {"m": {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"], "rows": [100], "include_static_vectors": False}}
+    )["m"]
+    model = WithElmo(features, ElmoScalarMix_v2(dropout=0.0), width=10)
+    model.initialize(X=docs)
+    outputs = model.predict(docs)
+    assert [o.shape for o in outputs] == [(5, 10), (1, 10)]
+    combine = model.layers[1].layers[0]
+    assert combine.get_dim("nI") == 8 + 12
+    # the Maxout sees exactly [features; mix]
+    concatenated = numpy.hstack([features.predict(docs)[0], model.layers[0].layers[1].predict(docs)[0]])
+    numpy.testing.assert_allclose(outputs[0], combine.predict(concatenated), rtol=1e-6)
+    _, backprop = model.begin_update(docs)
+    backprop([numpy.ones_like(o) for o in outputs])
+    mix = model.layers[0].layers[1]
+    assert numpy.abs(mix.get_grad("gamma_offset")).sum() > 0
+
+
+def test_v2_and_with_elmo_resolve_from_config_blocks():
+    block = {
+        "@architectures": "spacy-elmo.WithElmo.v1",
+        "width": 16,
+        "features": {"@architectures": "spacy.Tok2VecListener.v1", "width": 16, "upstream": "*"},
+        "mix": {"@architectures": "spacy-elmo.ElmoScalarMix.v2", "dropout": 0.2, "l2_coef": 0.001, "layer_norm": True},
+    }
+    model = registry.resolve({"model": block})["model"]
+    mix = next(node for node in model.walk() if node.name == "elmo_scalar_mix")
+    assert (mix.attrs["elmo_dropout"], mix.attrs["l2_coef"], mix.attrs["layer_norm"]) == (0.2, 0.001, True)
