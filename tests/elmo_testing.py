@@ -186,3 +186,25 @@ def train_pipeline(nlp, steps: int = 40, learn_rate: float = 0.02):
     for _ in range(steps):
         nlp.update(examples, sgd=optimizer, annotates=["elmo"], exclude=["elmo"])
     return nlp
+
+
+def copy_project(project: Path) -> Path:
+    """A new folder holding the spaCy project's own files (project.yml, configs, scripts)."""
+    import shutil
+
+    project.mkdir(parents=True)
+    for name in ("project.yml", "configs", "scripts"):
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, project / name)
+    return project
+
+
+def project_run(project: Path, command: str, *args: str) -> str:
+    """`spacy project run COMMAND PROJECT ARGS...`; its stdout, or a failure showing its end."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "spacy", "project", "run", command, str(project), *args], capture_output=True, text=True, timeout=1800
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout

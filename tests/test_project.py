@@ -1,31 +1,18 @@
 """The spaCy project, end to end on a toy text: corpus -> pretrain -> evaluate -> assemble ->
 package, then the package installed into a fresh venv gives the assembled pipeline's vectors."""
 import json
-import shutil
 import subprocess
-import sys
 
 import numpy
 import spacy
 
-from elmo_testing import REPO, install_in_fresh_venv, write_tiny_pretrain_config, write_toy_text
+from elmo_testing import REPO, copy_project, install_in_fresh_venv, project_run, write_tiny_pretrain_config, write_toy_text
 
 VECTORS_SCRIPT = "import numpy, spacy, sys; numpy.save(sys.argv[1], spacy.load('en_toy')(sys.argv[2])._.elmo.layers)"
 
 
-def project_run(project, command, *args):
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", command, str(project), *args], capture_output=True, text=True, timeout=900
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    return result.stdout
-
-
 def test_project_workflow_builds_an_installable_pipeline(tmp_path):
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in ("project.yml", "configs", "scripts"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, project / name)
+    project = copy_project(tmp_path / "project")
     write_toy_text(project / "toy.txt", n_sentences=400)
     write_tiny_pretrain_config(project / "configs" / "tiny.cfg", "corpus", max_steps=20)
     variables = ["--vars.text", "toy.txt", "--vars.config", "configs/tiny.cfg", "--vars.name", "toy", "--vars.dev_fraction", "0.1", "--vars.test_fraction", "0.1"]

@@ -1,5 +1,6 @@
 """`corpus`: prepare text for biLM pretraining (bilm-tf layout)."""
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -18,11 +19,12 @@ def corpus(
     sentences_per_shard: int = typer.Option(100_000, help="Training sentences per shard file"),
     min_count: int = typer.Option(1, help="Keep tokens seen at least this often in the vocabulary"),
     max_vocab: int = typer.Option(0, help="Vocabulary size limit including <S>, </S>, <UNK> (0: none)"),
+    vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt (e.g. of the model training continues from) instead of building one"),
 ) -> None:
     """Tokenize, sentence-split, deduplicate, shuffle and split a corpus; write its vocabulary."""
     with clean_errors():
         stats = prepare_corpus(
-            input_path, output_dir, lang, seed, dev_fraction, test_fraction, sentences_per_shard, min_count, max_vocab
+            input_path, output_dir, lang, seed, dev_fraction, test_fraction, sentences_per_shard, min_count, max_vocab, vocab
         )
     typer.echo(
         f"{stats.documents} documents -> {stats.sentences} sentences ({stats.duplicate_sentences} duplicates dropped, "

@@ -21,7 +21,7 @@ needed without one. spaCy initializes components on docs that no upstream compon
 annotated: until a mix has seen annotated docs, it gives zeros for unannotated docs outside
 training (spaCy's own listeners do the same); an unannotated doc in training is an error.
 """
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -130,6 +130,27 @@ def mix_gamma(model: Model) -> float:
     name = model.attrs[GAMMA_PARAM]
     value = float(model.get_param(name)[0])
     return 1.0 + value if name == "gamma_offset" else value
+
+
+class LearnedMix(NamedTuple):
+    """What one ELMo mix of a pipeline learned."""
+
+    component: str
+    weights: List[float]
+    """softmax(s), layer 0 (the token encoding) first."""
+    gamma: float
+
+
+def learned_mixes(nlp: Any) -> List[LearnedMix]:
+    """The ELMo mixes of every component of a spaCy pipeline, in pipeline order."""
+    found = []
+    for name, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if isinstance(model, Model):
+            for node in model.walk():
+                if is_elmo_mix(node) and node.has_param("scalars"):
+                    found.append(LearnedMix(name, [float(w) for w in mix_weights(node)], mix_gamma(node)))
+    return found
 
 
 def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:

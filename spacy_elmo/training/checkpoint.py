@@ -157,6 +157,26 @@ def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Voca
     return BiLMObjective(bilm, head).eval(), vocab
 
 
+def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocabulary) -> int:
+    """Copy into `head` the softmax rows of the words that `vocab` shares with the vocabulary
+    of `source`, a pretraining model directory; returns how many rows were copied (0 when
+    `source` keeps no softmax, as a pipeline or public weights do)."""
+    source = Path(source)
+    if not source.is_dir() or not (source / "softmax.npz").is_file() or not (source / "vocab.txt").is_file():
+        return 0
+    weight, bias = load_lm_head(source)
+    old = Vocabulary.from_file(source / "vocab.txt")
+    if weight.shape != (len(old), head.weight.shape[1]):
+        raise ModelFileError(source / "softmax.npz", f"softmax is {tuple(weight.shape)}, expected ({len(old)}, {head.weight.shape[1]}) for its vocab.txt")
+    pairs = [(new, old.index[token]) for new, token in enumerate(vocab.tokens) if token in old.index]
+    new_ids = torch.tensor([new for new, _ in pairs], dtype=torch.long)
+    old_ids = torch.tensor([o for _, o in pairs], dtype=torch.long)
+    with torch.no_grad():
+        head.weight[new_ids.to(head.weight.device)] = weight[old_ids].to(head.weight.device)
+        head.bias[new_ids.to(head.bias.device)] = bias[old_ids].to(head.bias.device)
+    return len(pairs)
+
+
 def trained_max_sentence_tokens(model_dir: Union[str, Path]) -> int:
     """The sentence-piece length the model was trained and evaluated with (the config's
     default if `training.json` does not say)."""

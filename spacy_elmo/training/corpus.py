@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, List, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Tuple, Union
 
 import spacy
 import srsly
@@ -120,12 +120,23 @@ def prepare_corpus(
     sentences_per_shard: int = 100_000,
     min_count: int = 1,
     max_vocab: int = 0,
+    vocab_path: Optional[Union[str, Path]] = None,
 ) -> CorpusStats:
-    """Prepare `input_path` into `output_dir`; returns (and writes) the statistics."""
+    """Prepare `input_path` into `output_dir`; returns (and writes) the statistics.
+
+    `vocab_path`: use this vocab.txt (e.g. the model's that training will continue from)
+    instead of building one from the training split; `min_count` and `max_vocab` then do not apply."""
     if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
         raise ValueError("dev_fraction and test_fraction must be in [0, 1) and leave room for training")
     if sentences_per_shard < 1 or min_count < 1 or not (max_vocab == 0 or max_vocab > len(SPECIAL_TOKENS)):
         raise ValueError("sentences_per_shard and min_count must be positive, max_vocab 0 (no limit) or above 3")
+    given_vocab = None
+    if vocab_path is not None:
+        if min_count != 1 or max_vocab:
+            raise ValueError("min_count and max_vocab build a vocabulary: leave them out with a given vocabulary")
+        from .data import Vocabulary  # data.py imports this module
+
+        given_vocab = Vocabulary.from_file(vocab_path).tokens
     stats = CorpusStats()
     nlp = sentence_pipeline(lang)
     unique, seen = [], set()
@@ -144,7 +155,7 @@ def prepare_corpus(
     train, dev, test = _split(unique, dev_fraction, test_fraction)
     output_dir = Path(output_dir)
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
-    vocab = build_vocab(train, min_count, max_vocab)
+    vocab = given_vocab if given_vocab is not None else build_vocab(train, min_count, max_vocab)
     (output_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     stats = dataclasses.replace(
         stats,

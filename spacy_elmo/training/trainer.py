@@ -25,7 +25,7 @@ from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax, SampledSoftmax
 from ..nn.warm_state import without_warm_state
-from .checkpoint import Progress, corpus_fingerprint, load_checkpoint, save_checkpoint, save_trained_model
+from .checkpoint import Progress, carry_over_softmax, corpus_fingerprint, load_checkpoint, save_checkpoint, save_trained_model
 from .config import PathsSettings, PretrainConfig, config_from_dict
 from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
 from .distributed import (
@@ -157,6 +157,9 @@ class Trainer:
             config = dataclasses.replace(config, model=bilm.config)
         self.config = config
         self.objective = build_objective(config, len(self.vocab), bilm).to(self.device)
+        if bilm is not None:
+            copied = carry_over_softmax(self.objective.head, config.paths.init_from, self.vocab)
+            logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
         self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(config.optimizer, self.parameters)
         torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process

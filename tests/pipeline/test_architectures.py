@@ -120,7 +120,7 @@ def test_spacy_train_with_the_shipped_tagger_config(tmp_path, tiny_model_dir):
     command = [
         sys.executable, "-m", "spacy", "train", str(config), "-o", str(tmp_path / "out"),
         "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy"),
-        "--paths.elmo", str(tiny_model_dir), "--components.tagger.model.tok2vec.elmo_width", "12",
+        "--paths.elmo", str(tiny_model_dir),
         "--training.max_steps", "30", "--training.eval_frequency", "10",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)

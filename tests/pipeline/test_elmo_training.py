@@ -162,3 +162,28 @@ annotating_components = ["elmo"]
     (mix,) = mixes(nlp)["tagger"]
     assert mix.get_param("scalars").shape == (3,)
     assert [t.tag_ for t in nlp("They sat by the bank")]  # predicts, with the weights loaded on first use
+
+
+def test_a_public_model_of_the_original_shape_loads_trains_a_step_and_saves(tmp_path):
+    """The published 2x4096_512 configuration (seeded random weights in the public hdf5 +
+    options format): a tagger with ELMo concatenated to its features trains, and the pipeline
+    saves and loads with the same predictions."""
+    from thinc.api import Config
+
+    from elmo_testing import REPO, random_bilm
+    from spacy_elmo.io import save_public_model
+    from spacy_elmo.nn import BiLMConfig
+
+    shape = BiLMConfig(**Config().from_disk(REPO / "configs" / "pretrain-gpu.cfg")["model"])
+    assert (shape.n_layers, shape.lstm_dim, shape.projection_dim) == (2, 4096, 512)
+    save_public_model(random_bilm(shape), tmp_path / "options.json", tmp_path / "weights.hdf5")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "weights.hdf5"), "options": str(tmp_path / "options.json")})
+    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": with_elmo(hash_embed(16), 16)}})
+    (mix,) = mixes(nlp)["tagger"]
+    assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 1024)
+    train_pipeline(nlp, steps=2)  # the first update only moves the output layer, whose weights start at zero
+    assert numpy.abs(mix.get_param("scalars")).max() > 0  # the second reached the mix
+    expected = predictions(nlp, TEXTS[:2])
+    nlp.to_disk(tmp_path / "pipeline")
+    assert predictions(spacy.load(tmp_path / "pipeline"), TEXTS[:2]) == expected

@@ -105,3 +105,17 @@ def test_corpus_command(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 duplicates dropped" in result.output
     assert (tmp_path / "out" / "vocab.txt").read_text().splitlines()[:4] == [*SPECIAL_TOKENS, "."]
+
+
+def test_a_given_vocabulary_is_used_as_it_is(tmp_path):
+    (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
+    given = [*SPECIAL_TOKENS, "river", "zebra", "bank"]
+    (tmp_path / "vocab.txt").write_text("\n".join(given) + "\n", encoding="utf-8")
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", vocab_path=tmp_path / "vocab.txt")
+    assert (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines() == given
+    assert stats.vocab_size == len(given)
+    with pytest.raises(ValueError, match="leave them out"):
+        prepare_corpus(tmp_path / "in.txt", tmp_path / "other", vocab_path=tmp_path / "vocab.txt", max_vocab=10)
+    (tmp_path / "bad.txt").write_text("a\nb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.txt: a vocabulary must start with"):
+        prepare_corpus(tmp_path / "in.txt", tmp_path / "other", vocab_path=tmp_path / "bad.txt")

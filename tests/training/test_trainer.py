@@ -119,6 +119,29 @@ def test_init_from_starts_from_an_existing_model(toy_corpus, tmp_path, tiny_mode
     assert all(numpy.allclose(source[name], trained[name], atol=1e-6) for name in source)
 
 
+def test_init_from_a_trained_model_keeps_the_softmax_rows_of_shared_words(toy_corpus, tmp_path):
+    """Adapting a biLM to new text: the words both vocabularies hold keep their trained rows."""
+    from spacy_elmo.io import load_lm_head
+    from spacy_elmo.training.data import Vocabulary
+
+    pretrain(config_for(toy_corpus, max_steps=3), tmp_path / "first", progress_bar=False)
+    source = tmp_path / "first" / "model-last"
+    old_vocab = Vocabulary.from_file(source / "vocab.txt")
+    shuffled = tmp_path / "corpus"
+    shutil.copytree(toy_corpus, shuffled)
+    new_tokens = [*old_vocab.tokens[:3], "unseen-word", *reversed(old_vocab.tokens[3:])]
+    (shuffled / "vocab.txt").write_text("".join(t + "\n" for t in new_tokens), encoding="utf-8")
+    config = with_overrides(shuffled, {"paths.init_from": str(source), "optimizer.learning_rate": 1e-9}, max_steps=1, dropout=0.0)
+    pretrain(config, tmp_path / "second", progress_bar=False)
+    old_weight, old_bias = load_lm_head(source)
+    new_weight, new_bias = load_lm_head(tmp_path / "second" / "model-last")
+    for new_id, token in enumerate(new_tokens):
+        if token in old_vocab.index:
+            numpy.testing.assert_allclose(new_weight[new_id], old_weight[old_vocab.index[token]], atol=1e-6)
+            assert abs(float(new_bias[new_id] - old_bias[old_vocab.index[token]])) < 1e-6
+    assert not numpy.allclose(new_weight[3], 0.0)  # the new word starts from a fresh row
+
+
 def test_init_from_public_weights(toy_corpus, tmp_path):
     public = golden_dir("allennlp")
     config = with_overrides(

@@ -1,0 +1,267 @@
+"""The downstream twins: train a baseline and an ELMo spaCy pipeline for several seeds,
+evaluate both on a test set, and write the comparison.
+
+    python scripts/downstream.py train BASE.cfg ELMO.cfg OUTPUT_DIR --bilm MODEL --train T.spacy --dev D.spacy --seeds 0,1 --max-steps 2500
+    python scripts/downstream.py evaluate OUTPUT_DIR TEST.spacy --output metrics/downstream.json --table metrics/downstream.md
+
+Runs go to OUTPUT_DIR/base/seedN and OUTPUT_DIR/ELMO_ARM/seedN (`--elmo-arm`, "elmo" by
+default, names the folder so that the runs of several biLMs share one baseline). Each run
+trains in a process of its own with `spacy train`'s loop, the two arms with identical
+overrides (seed, step budget, data, and a callback that logs epoch times and peak RSS). A
+run that finished with the same inputs is not trained again, so an interrupted `train`
+continues with the next unfinished run (an interrupted run restarts).
+"""
+import hashlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import typer
+
+ARMS = ("base", "elmo")
+METRICS = ("tag_acc", "pos_acc", "morph_acc", "dep_uas", "dep_las")
+"""spaCy's scores: XPOS, UPOS, morphological features, unlabelled and labelled attachment."""
+RUN_FILE = "run.json"
+SCORES_FILE = "test-scores.json"
+
+app = typer.Typer(add_completion=False, no_args_is_help=True)
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 over the names and contents of a file or of every file in a folder."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def run_inputs(config: Path, seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path]) -> Dict[str, Any]:
+    """What a run depends on: a finished run with the same inputs is not repeated."""
+    inputs = {"config": fingerprint(config), "seed": seed, "max_steps": max_steps, "train": fingerprint(train), "dev": fingerprint(dev)}
+    if bilm is not None:
+        inputs["bilm"] = fingerprint(bilm)
+    return inputs
+
+
+def finished_with(run_dir: Path, inputs: Dict[str, Any]) -> bool:
+    path = run_dir / RUN_FILE
+    return path.is_file() and json.loads(path.read_text()).get("inputs") == inputs
+
+
+def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], epochs_log: Path) -> Dict[str, Any]:
+    """The same for both arms, but for the biLM's path."""
+    values: Dict[str, Any] = {
+        "system.seed": seed,
+        "training.max_steps": max_steps,
+        "paths.train": str(train),
+        "paths.dev": str(dev),
+        "training.before_update": {"@callbacks": "spacy-elmo.epoch_times.v1", "path": str(epochs_log)},
+    }
+    if bilm is not None:
+        values["paths.elmo"] = str(bilm)
+    return values
+
+
+@app.command()
+def train(
+    base_config: Path = typer.Argument(..., help="The baseline arm's spaCy training config"),
+    elmo_config: Path = typer.Argument(..., help="The ELMo arm's config (paths.elmo is set to --bilm)"),
+    output_dir: Path = typer.Argument(..., help="Runs go to OUTPUT_DIR/ARM/seedN"),
+    bilm: Path = typer.Option(..., help="The biLM: a model directory, a pipeline with an elmo component"),
+    train_path: Path = typer.Option(..., "--train", help="Training DocBin"),
+    dev_path: Path = typer.Option(..., "--dev", help="Development DocBin (spaCy's model-best is chosen on it)"),
+    seeds: str = typer.Option("0,1", help="Comma-separated seeds"),
+    max_steps: int = typer.Option(2500, min=1, help="spaCy training steps per run"),
+    elmo_arm: str = typer.Option("elmo", help="Folder of the ELMo arm's runs in OUTPUT_DIR"),
+) -> None:
+    """Train every (arm, seed) run not yet finished with these inputs."""
+    seed_list = parse_seeds(seeds)
+    for path in (base_config, elmo_config, train_path, dev_path, bilm):
+        if not path.exists():
+            raise typer.BadParameter(f"{path} not found")
+    configs = {"base": base_config, "elmo": elmo_config}
+    folders = arm_folders(elmo_arm)
+    runs = [(arm, seed) for seed in seed_list for arm in ARMS]
+    for number, (arm, seed) in enumerate(runs, start=1):
+        run_dir = output_dir / folders[arm] / f"seed{seed}"
+        arm_bilm = bilm if arm == "elmo" else None
+        inputs = run_inputs(configs[arm], seed, max_steps, train_path, dev_path, arm_bilm)
+        if finished_with(run_dir, inputs):
+            typer.echo(f"[{number}/{len(runs)}] {arm} seed {seed}: done before, skipped")
+            continue
+        typer.echo(f"[{number}/{len(runs)}] {arm} seed {seed}: training {max_steps} steps in {run_dir}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        command = [sys.executable, __file__, "run", str(configs[arm]), str(run_dir), "--seed", str(seed), "--max-steps", str(max_steps),
+                   "--train", str(train_path), "--dev", str(dev_path)]
+        if arm_bilm is not None:
+            command += ["--bilm", str(arm_bilm)]
+        result = subprocess.run(command)
+        if result.returncode != 0:
+            raise typer.Exit(result.returncode)
+        record = json.loads((run_dir / RUN_FILE).read_text())
+        record["inputs"] = inputs
+        (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
+
+
+@app.command(hidden=True)
+def run(
+    config: Path,
+    run_dir: Path,
+    seed: int = typer.Option(...),
+    max_steps: int = typer.Option(...),
+    train_path: Path = typer.Option(..., "--train"),
+    dev_path: Path = typer.Option(..., "--dev"),
+    bilm: Optional[Path] = typer.Option(None),
+    setting: List[str] = typer.Option([], "--set", help="KEY=VALUE config override (VALUE in JSON), e.g. components.elmo.layer_cache=\"never\""),
+) -> None:
+    """One run, in this process: spacy train, then its seconds and peak RSS in run.json."""
+    from spacy.cli.train import train as spacy_train
+
+    import spacy_elmo  # noqa: F401  (registers the callback)
+    from spacy_elmo.pipeline.callbacks import peak_rss_mb
+
+    epochs_log = run_dir / "epochs.jsonl"
+    start = time.perf_counter()
+    extra = {}
+    for item in setting:
+        key, _, value = item.partition("=")
+        extra[key] = json.loads(value)
+    spacy_train(config, run_dir, overrides={**overrides(seed, max_steps, train_path, dev_path, bilm, epochs_log), **extra})
+    seconds = time.perf_counter() - start
+    epochs = [json.loads(line) for line in epochs_log.read_text().splitlines() if line.strip()]
+    record = {"seed": seed, "max_steps": max_steps, "train_seconds": seconds, "peak_rss_mb": peak_rss_mb(), "epochs": epochs}
+    (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
+
+
+@app.command()
+def evaluate(
+    output_dir: Path = typer.Argument(..., help="The folder `train` wrote"),
+    test_path: Path = typer.Argument(..., help="Test DocBin"),
+    output: Path = typer.Option(Path("metrics/downstream.json"), help="Every run's figures and the summary"),
+    table: Path = typer.Option(Path("metrics/downstream.md"), help="The summary as a markdown table"),
+    elmo_arm: str = typer.Option("elmo", help="Folder of the ELMo arm's runs in OUTPUT_DIR"),
+) -> None:
+    """`spacy evaluate` each finished run's model-best on the test set, then compare the arms."""
+    import spacy
+
+    from spacy_elmo.pipeline import learned_mixes
+
+    if not test_path.is_file():
+        raise typer.BadParameter(f"{test_path} not found")
+    arms: Dict[str, List[Dict[str, Any]]] = {arm: [] for arm in ARMS}
+    mixes: Dict[str, Any] = {}
+    folders = arm_folders(elmo_arm)
+    for arm in ARMS:
+        for run_dir in sorted((output_dir / folders[arm]).glob("seed*"), key=lambda p: int(p.name[4:])):
+            if not (run_dir / RUN_FILE).is_file():
+                continue
+            record = json.loads((run_dir / RUN_FILE).read_text())
+            model = run_dir / "model-best"
+            scores = run_dir / SCORES_FILE
+            if not scores.is_file() or scores.stat().st_mtime < model.stat().st_mtime:
+                subprocess.run([sys.executable, "-m", "spacy", "evaluate", str(model), str(test_path), "--output", str(scores)], check=True)
+            figures = json.loads(scores.read_text())
+            arms[arm].append(
+                {
+                    "seed": record["seed"],
+                    **{metric: figures[metric] for metric in METRICS},
+                    "train_seconds": record["train_seconds"],
+                    "words_per_second": figures["speed"],
+                    "peak_rss_mb": record["peak_rss_mb"],
+                    "epochs": record["epochs"],
+                }
+            )
+            if arm == "elmo":
+                learned = learned_mixes(spacy.load(model))
+                mixes[f"seed{record['seed']}"] = [mix._asdict() for mix in learned]
+                for mix in learned:
+                    weights = ", ".join(f"{w:.3f}" for w in mix.weights)
+                    typer.echo(f"elmo seed {record['seed']}, {mix.component}: layer weights [{weights}], gamma {mix.gamma:.3f}")
+    if not all(arms.values()):
+        missing = [folders[arm] for arm in ARMS if not arms[arm]]
+        raise typer.BadParameter(f"{output_dir} holds no finished run in {missing}: run `train` first")
+    summary = summarize(arms)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({"runs": arms, "summary": summary, "mixes": mixes}, indent=2))
+    markdown = summary_table(summary, {arm: len(runs) for arm, runs in arms.items()})
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(markdown)
+    typer.echo(markdown)
+
+
+def arm_folders(elmo_arm: str) -> Dict[str, str]:
+    if not elmo_arm or elmo_arm == "base" or "/" in elmo_arm:
+        raise typer.BadParameter(f"--elmo-arm must be a folder name other than 'base', got {elmo_arm!r}")
+    return {"base": "base", "elmo": elmo_arm}
+
+
+def parse_seeds(seeds: str) -> List[int]:
+    try:
+        values = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--seeds must be comma-separated integers, got {seeds!r}")
+    if not values or len(set(values)) != len(values):
+        raise typer.BadParameter(f"--seeds must list distinct integers, got {seeds!r}")
+    return values
+
+
+def mean_sd(values: List[float]) -> Dict[str, float]:
+    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def later_epoch_seconds(runs: List[Dict[str, Any]]) -> Optional[float]:
+    """Mean seconds of the epochs after the first, over all runs."""
+    seconds = [epoch["seconds"] for run in runs for epoch in run["epochs"] if epoch["epoch"] > 0]
+    return statistics.fmean(seconds) if seconds else None
+
+
+def summarize(arms: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    """Mean and sd per arm; the ELMo arm's relative error reduction on each accuracy."""
+    summary: Dict[str, Any] = {arm: {} for arm in arms}
+    for arm, runs in arms.items():
+        for key in (*METRICS, "train_seconds", "words_per_second", "peak_rss_mb"):
+            summary[arm][key] = mean_sd([run[key] for run in runs])
+        first = [run["epochs"][0]["seconds"] for run in runs if run["epochs"]]
+        summary[arm]["first_epoch_seconds"] = statistics.fmean(first) if first else None
+        summary[arm]["later_epoch_seconds"] = later_epoch_seconds(runs)
+    summary["relative_error_reduction"] = {
+        metric: relative_error_reduction(summary["base"][metric]["mean"], summary["elmo"][metric]["mean"]) for metric in METRICS
+    }
+    return summary
+
+
+def relative_error_reduction(base: float, elmo: float) -> float:
+    """(error_base - error_elmo) / error_base for accuracies in [0, 1]."""
+    return ((1.0 - base) - (1.0 - elmo)) / (1.0 - base) if base < 1.0 else 0.0
+
+
+def summary_table(summary: Dict[str, Any], n_runs: Dict[str, int]) -> str:
+    lines = [
+        f"| metric (test) | base ({n_runs['base']} seeds) | elmo ({n_runs['elmo']} seeds) | relative error reduction |",
+        "|---|---|---|---|",
+    ]
+    for metric in METRICS:
+        base, elmo = summary["base"][metric], summary["elmo"][metric]
+        rer = summary["relative_error_reduction"][metric]
+        lines.append(f"| `{metric}` | {100 * base['mean']:.2f} ± {100 * base['sd']:.2f} | {100 * elmo['mean']:.2f} ± {100 * elmo['sd']:.2f} | {100 * rer:+.1f}% |")
+    for key, label in (("train_seconds", "training seconds"), ("words_per_second", "words/s at prediction"), ("peak_rss_mb", "peak RSS in training (MiB)")):
+        base, elmo = summary["base"][key], summary["elmo"][key]
+        lines.append(f"| {label} | {base['mean']:,.0f} ± {base['sd']:,.0f} | {elmo['mean']:,.0f} ± {elmo['sd']:,.0f} | |")
+    for key, label in (("first_epoch_seconds", "seconds, first epoch"), ("later_epoch_seconds", "seconds per later epoch")):
+        base, elmo = summary["base"][key], summary["elmo"][key]
+        if base is not None and elmo is not None:
+            lines.append(f"| {label} | {base:,.1f} | {elmo:,.1f} | ×{elmo / base:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    app()

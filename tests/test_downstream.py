@@ -1,0 +1,70 @@
+"""The `downstream` project workflow end to end on a toy slice of UD English EWT and a tiny
+biLM: both twins trained for two seeds, evaluated, compared; then the ELMo arm's pipeline
+packaged, installed into a fresh venv and predicting as before."""
+import json
+import subprocess
+import sys
+
+import spacy
+
+import pytest
+
+from elmo_testing import SHARED, copy_project, install_in_fresh_venv, project_run
+
+UD = SHARED / "data" / "ud-english-ewt"
+PREDICT = (
+    "import json, spacy, sys; nlp = spacy.load('en_ud_elmo'); "
+    "print(json.dumps([[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(sys.argv[1])]))"
+)
+
+
+def toy_treebank(folder, sentences=(60, 15, 15)):
+    """The first sentences of each UD EWT split."""
+    if not (UD / "en_ewt-ud-train.conllu").is_file():
+        pytest.skip(f"UD English EWT not found at {UD} (expected ../shared beside the repository)")
+    folder.mkdir()
+    for split, count in zip(("train", "dev", "test"), sentences):
+        blocks = (UD / f"en_ewt-ud-{split}.conllu").read_text(encoding="utf-8").split("\n\n")[:count]
+        (folder / f"en_ewt-ud-{split}.conllu").write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    return folder
+
+
+def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
+    project = copy_project(tmp_path / "project")
+    variables = ["--vars.ud_dir", str(toy_treebank(tmp_path / "ud")), "--vars.bilm", str(tiny_model_dir),
+                 "--vars.downstream_steps", "30", "--vars.downstream_seeds", "0,1"]
+    output = project_run(project, "downstream", *variables)
+
+    result = json.loads((project / "metrics" / "downstream.json").read_text())
+    assert sorted(result["runs"]) == ["base", "elmo"]
+    for arm, runs in result["runs"].items():
+        assert [run["seed"] for run in runs] == [0, 1]
+        for run in runs:
+            assert all(0.0 <= run[metric] <= 1.0 for metric in ("tag_acc", "pos_acc", "morph_acc", "dep_uas", "dep_las"))
+            assert run["train_seconds"] > 0 and run["words_per_second"] > 0 and run["peak_rss_mb"] > 0
+            assert run["epochs"] and run["epochs"][0]["epoch"] == 0 and run["epochs"][0]["steps"] >= 1
+    summary = result["summary"]
+    assert set(summary["relative_error_reduction"]) == {"tag_acc", "pos_acc", "morph_acc", "dep_uas", "dep_las"}
+    for seed in ("seed0", "seed1"):
+        (mix,) = result["mixes"][seed]
+        assert mix["component"] == "tok2vec" and len(mix["weights"]) == 3 and abs(sum(mix["weights"]) - 1) < 1e-5
+    assert output.count("tok2vec: layer weights [") == 2
+    table = (project / "metrics" / "downstream.md").read_text()
+    assert "| `dep_las` |" in table and "relative error reduction" in table
+
+    # a second run trains nothing again
+    again = project_run(project, "downstream-train", *variables, "--force")
+    assert again.count("done before, skipped") == 4
+
+    model = project / "training" / "downstream" / "elmo" / "seed0" / "model-best"
+    nlp = spacy.load(model)
+    assert nlp.pipe_names == ["elmo", "tok2vec", "tagger", "morphologizer", "parser"]
+    (tmp_path / "packages").mkdir()
+    subprocess.run([sys.executable, "-m", "spacy", "package", str(model), str(tmp_path / "packages"), "--name", "ud_elmo",
+                    "--version", "0.0.1", "--build", "sdist", "--force"], check=True, capture_output=True, timeout=600)
+    sdist = next((tmp_path / "packages").glob("en_ud_elmo-0.0.1/dist/en_ud_elmo-0.0.1.tar.gz"))
+    python = install_in_fresh_venv(tmp_path / "venv", sdist)
+    text = "The bank approved the loan for the house."
+    installed = subprocess.run([str(python), "-c", PREDICT, text], capture_output=True, text=True, check=True, timeout=300, cwd=tmp_path)
+    assert json.loads(installed.stdout) == [[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(text)]
+

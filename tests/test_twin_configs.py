@@ -1,0 +1,56 @@
+"""The downstream twins: the baseline is spaCy's own efficiency config, and the ELMo arm
+differs from it only by the ELMo branch."""
+import copy
+import subprocess
+import sys
+
+from thinc.api import Config
+
+from elmo_testing import REPO
+
+BASE = REPO / "configs" / "ud-base.cfg"
+ELMO = REPO / "configs" / "ud-elmo.cfg"
+
+
+def load(path):
+    return Config().from_disk(path, interpolate=False)
+
+
+def test_the_baseline_is_what_spacy_init_config_writes(tmp_path):
+    command = [sys.executable, "-m", "spacy", "init", "config", str(tmp_path / "generated.cfg"), "-l", "en",
+               "-p", "tagger,morphologizer,parser", "-o", "efficiency"]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    assert load(tmp_path / "generated.cfg") == load(BASE)
+
+
+def without_elmo_branch(config):
+    """The ELMo arm with its ELMo branch taken out."""
+    config = copy.deepcopy(config)
+    del config["paths"]["elmo"]
+    del config["components"]["elmo"]
+    config["nlp"]["pipeline"] = [name for name in config["nlp"]["pipeline"] if name != "elmo"]
+    config["training"]["frozen_components"].remove("elmo")
+    config["training"]["annotating_components"].remove("elmo")
+    tok2vec = config["components"]["tok2vec"]["model"]
+    tok2vec["embed"] = tok2vec["embed"]["features"]
+    return config
+
+
+def test_the_elmo_twin_differs_from_the_baseline_only_by_the_elmo_branch():
+    elmo, base = load(ELMO), load(BASE)
+    assert without_elmo_branch(elmo) == base
+    assert elmo["nlp"]["pipeline"][0] == "elmo"
+    assert elmo["components"]["elmo"] == {"factory": "elmo", "weights": "${paths.elmo}"}
+    assert elmo["training"]["frozen_components"] == ["elmo"] == elmo["training"]["annotating_components"]
+    embed = elmo["components"]["tok2vec"]["model"]["embed"]
+    assert embed["@architectures"] == "spacy-elmo.WithElmo.v1"
+    assert embed["mix"]["@architectures"] == "spacy-elmo.ElmoScalarMix.v2"
+    assert embed["width"] == base["components"]["tok2vec"]["model"]["embed"]["width"]
+
+
+def test_both_twins_build(tiny_model_dir):
+    from spacy.util import load_model_from_config
+
+    for path, overrides in ((BASE, {}), (ELMO, {"paths.elmo": str(tiny_model_dir)})):
+        nlp = load_model_from_config(Config().from_disk(path, overrides=overrides), auto_fill=True)
+        assert nlp.pipe_names[-4:] == ["tok2vec", "tagger", "morphologizer", "parser"]
