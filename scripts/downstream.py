@@ -186,9 +186,11 @@ def evaluate(
                 for mix in learned:
                     weights = ", ".join(f"{w:.3f}" for w in mix.weights)
                     typer.echo(f"elmo seed {record['seed']}, {mix.component}: layer weights [{weights}], gamma {mix.gamma:.3f}")
-    if not all(arms.values()):
-        missing = [folders[arm] for arm in ARMS if not arms[arm]]
-        raise typer.BadParameter(f"{output_dir} holds no finished run in {missing}: run `train` first")
+    paired = {run["seed"] for run in arms["base"]} & {run["seed"] for run in arms["elmo"]}
+    if not paired:
+        raise typer.BadParameter(f"{output_dir} holds no seed finished in both {folders['base']} and {folders['elmo']}: run `train` first")
+    arms = {arm: [run for run in runs if run["seed"] in paired] for arm, runs in arms.items()}
+    mixes = {seed: learned for seed, learned in mixes.items() if int(seed[4:]) in paired}
     summary = summarize(arms)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({"runs": arms, "summary": summary, "mixes": mixes}, indent=2))
@@ -219,7 +221,7 @@ def mean_sd(values: List[float]) -> Dict[str, float]:
 
 
 def later_epoch_seconds(runs: List[Dict[str, Any]]) -> Optional[float]:
-    """Mean seconds of the epochs after the first, over all runs."""
+    """Mean seconds of the finished epochs after the first, over all runs (None without any)."""
     seconds = [epoch["seconds"] for run in runs for epoch in run["epochs"] if epoch["epoch"] > 0]
     return statistics.fmean(seconds) if seconds else None
 

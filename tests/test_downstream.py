@@ -68,3 +68,27 @@ def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
     installed = subprocess.run([str(python), "-c", PREDICT, text], capture_output=True, text=True, check=True, timeout=300, cwd=tmp_path)
     assert json.loads(installed.stdout) == [[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(text)]
 
+
+
+def test_adapt_continues_the_bilm_on_the_task_text_with_its_vocabulary(tmp_path, toy_corpus):
+    """`adapt`: the task's training text, prepared with the model's own vocabulary, trains
+    the biLM further; its perplexity on held-out task text falls."""
+    from thinc.api import Config
+
+    from elmo_testing import REPO, tiny_pretrain_overrides
+    from spacy_elmo.training.config import load_config
+    from spacy_elmo.training.trainer import pretrain
+
+    project = copy_project(tmp_path / "project")
+    config = load_config(REPO / "configs" / "pretrain-demo.cfg", tiny_pretrain_overrides(toy_corpus, max_steps=10))
+    pretrain(config, project / "training", progress_bar=False)
+    overrides = {**tiny_pretrain_overrides("corpus/adapt", max_steps=40), "training.max_epochs": 4, "schedule.warmup_steps": 0}
+    Config().from_disk(REPO / "configs" / "pretrain-adapt.cfg", overrides=overrides).to_disk(project / "configs" / "tiny-adapt.cfg")
+    variables = ["--vars.ud_dir", str(toy_treebank(tmp_path / "ud", sentences=(200, 5, 5))), "--vars.adapt_config", "configs/tiny-adapt.cfg"]
+    project_run(project, "ud-convert", *variables)
+    project_run(project, "adapt", *variables)
+    assert (project / "corpus" / "adapt" / "vocab.txt").read_text() == (project / "training" / "model-best" / "vocab.txt").read_text()
+    before = json.loads((project / "metrics" / "adapt-before.json").read_text())
+    after = json.loads((project / "metrics" / "adapt-after.json").read_text())
+    assert before["sentences"] == after["sentences"] > 0
+    assert after["mean"] < before["mean"]

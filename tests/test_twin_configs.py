@@ -48,9 +48,13 @@ def test_the_elmo_twin_differs_from_the_baseline_only_by_the_elmo_branch():
     assert embed["width"] == base["components"]["tok2vec"]["model"]["embed"]["width"]
 
 
-def test_both_twins_build(tiny_model_dir):
+def test_both_twins_build_and_the_elmo_twin_has_one_shared_mix(tiny_model_dir):
     from spacy.util import load_model_from_config
 
-    for path, overrides in ((BASE, {}), (ELMO, {"paths.elmo": str(tiny_model_dir)})):
-        nlp = load_model_from_config(Config().from_disk(path, overrides=overrides), auto_fill=True)
-        assert nlp.pipe_names[-4:] == ["tok2vec", "tagger", "morphologizer", "parser"]
+    base = load_model_from_config(Config().from_disk(BASE), auto_fill=True)
+    elmo = load_model_from_config(Config().from_disk(ELMO, overrides={"paths.elmo": str(tiny_model_dir)}), auto_fill=True)
+    assert base.pipe_names == ["tok2vec", "tagger", "morphologizer", "parser"]
+    assert elmo.pipe_names == ["elmo", *base.pipe_names]
+    (mix,) = elmo.get_pipe("elmo").mixes["tok2vec"]
+    assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 12)  # from the model, typed nowhere
+    assert list(elmo.get_pipe("elmo").mixes) == ["tok2vec"]

@@ -33,6 +33,8 @@ from .extensions import doc_elmo
 MIX_NAME = "elmo_scalar_mix"
 SEEN_ANNOTATED = "seen_annotated_docs"
 """attr: True once the mix has read doc._.elmo (from then on an unannotated doc is an error)."""
+SHAPE_GIVEN = "shape_given"
+"""attr: True when the shape came from an elmo component or annotated docs, not from the config."""
 GAMMA_PARAM = "gamma_param"
 """attr: the name of the parameter holding gamma ("gamma", or "gamma_offset" with gamma = 1 + it)."""
 LAYER_NORM_EPS = 1e-12
@@ -54,8 +56,10 @@ def ElmoScalarMix_v2(
 
     dropout: on the mixed ELMo vector in training. It is this layer's own rate: spaCy's
         `[training] dropout` does not override it.
-    l2_coef: lambda of bilm-tf's `l2_coef * sum(s ** 2)`, added to the gradient of s at
-        every backward pass (the paper prefers 0.001).
+    l2_coef: lambda of bilm-tf's `l2_coef * sum(s ** 2)`: `2 * l2_coef * s` is added to the
+        gradient of s at every backward pass. spaCy's tagger and parser losses are sums over
+        the batch's tokens where bilm-tf's are means, so the paper's 0.001 weighs about
+        batch-size times less here.
     layer_norm: normalize each layer of each token to zero mean and unit variance over its
         `elmo_width` values before mixing (bilm-tf and AllenNLP use one mean and variance
         over the whole batch instead, which makes a doc's vectors depend on its batch).
@@ -109,7 +113,8 @@ def WithElmo(
     maxout_pieces: int = 3,
 ) -> Model[List[Doc], List[Floats2d]]:
     """Docs -> (n_tokens, width) per doc: `[features(doc); mix(doc)]` through a layer-normalized
-    Maxout to `width` (how spaCy's `MultiHashEmbed` combines its own features)."""
+    Maxout to `width` (how spaCy's `MultiHashEmbed` combines its own features; as there, the
+    Maxout's dropout follows spaCy's `[training] dropout`)."""
     if width < 1 or maxout_pieces < 1:
         raise ValueError(f"spacy-elmo.WithElmo.v1: width and maxout_pieces must be positive, got {width} and {maxout_pieces}")
     combine = Maxout(nO=width, nP=maxout_pieces, dropout=0.0, normalize=True)
@@ -154,17 +159,30 @@ def learned_mixes(nlp: Any) -> List[LearnedMix]:
 
 
 def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
-    """Give a mix the shape of the elmo component's layers; an error if it was set otherwise."""
-    if model.has_dim("nL") and model.has_dim("nO"):
-        if (model.get_dim("nL"), model.get_dim("nO")) != (n_layers, width):
-            raise ValueError(
-                f"{where}: an ELMo mix set up for {model.get_dim('nL')} layers of width {model.get_dim('nO')}, "
-                f"but the elmo component's model gives {n_layers} layers of width {width}: "
-                "drop n_elmo_layers / elmo_width from its config (they are read from the elmo component)"
-            )
+    """Give a mix the shape of the elmo component's layers.
+
+    A shape given this way before the mix has parameters may be given again (a pipeline
+    being loaded first sees the model at its `weights` path, then its own); a shape typed
+    in the config, or one the mix has learned weights for, must match."""
+    wanted = {"nL": n_layers, "nO": width}
+    current = {dim: model.get_dim(dim) for dim in wanted if model.has_dim(dim)}
+    if current == wanted:
         return
-    model.set_dim("nL", n_layers)
-    model.set_dim("nO", width)
+    has_weights = bool(model.has_param("scalars"))
+    provisional = model.attrs[SHAPE_GIVEN] and not has_weights
+    if not provisional and any(current[dim] != wanted[dim] for dim in current):
+        found = f"{current.get('nL', '?')} layers of width {current.get('nO', '?')}"
+        reason = (
+            "its weights are for another biLM's layers" if has_weights
+            else "drop n_elmo_layers / elmo_width from its config (they are read from the elmo component)"
+        )
+        raise ValueError(
+            f"{where}: an ELMo mix set up for {found}, but the elmo component's model gives "
+            f"{n_layers} layers of width {width}: {reason}"
+        )
+    for dim, value in wanted.items():
+        model.set_dim(dim, value, force=True)
+    model.attrs[SHAPE_GIVEN] = True
 
 
 def has_trained(model: Model) -> bool:
@@ -181,6 +199,7 @@ def _mix_model(
     l2_coef: float = 0.0,
     layer_norm: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
+    _check_shape(source, n_elmo_layers, elmo_width)
     return Model(
         MIX_NAME,
         _mix_forward,
@@ -194,8 +213,15 @@ def _mix_model(
             "l2_coef": l2_coef,
             "layer_norm": layer_norm,
             SEEN_ANNOTATED: False,
+            SHAPE_GIVEN: False,
         },
     )
+
+
+def _check_shape(source: str, n_elmo_layers: Optional[int], elmo_width: Optional[int]) -> None:
+    for name, value in (("n_elmo_layers", n_elmo_layers), ("elmo_width", elmo_width)):
+        if value is not None and value < 1:
+            raise ValueError(f"{source}: {name} must be positive (or left out), got {value}")
 
 
 def _check_rate(name: str, value: float) -> None:

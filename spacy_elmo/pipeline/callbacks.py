@@ -1,6 +1,7 @@
 """Callbacks for spaCy's training loop."""
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
@@ -12,16 +13,18 @@ from spacy.util import registry
 @registry.callbacks("spacy-elmo.epoch_times.v1")
 def epoch_times(path: str) -> Callable[[Language, Dict[str, Any]], None]:
     """A `[training.before_update]` callback: whenever an epoch starts, append the previous
-    epoch's wall seconds, its steps and the process's peak RSS so far to `path` (JSON lines).
-    An epoch's seconds count everything the loop did in it: updates, evaluations, saving."""
+    epoch's wall seconds, its steps and the process's peak RSS so far to `path` (JSON lines,
+    emptied at the first step). An epoch's seconds count everything the loop did in it:
+    updates, evaluations, saving. The epoch the training stops in is not written."""
     output = Path(path)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("", encoding="utf-8")
     current: Dict[str, Optional[float]] = {"epoch": None, "start": None, "first_step": None}
 
     def before_update(nlp: Language, info: Dict[str, Any]) -> None:
         now = time.perf_counter()
-        if current["epoch"] is not None and info["epoch"] != current["epoch"]:
+        if current["epoch"] is None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text("", encoding="utf-8")
+        elif info["epoch"] != current["epoch"]:
             record = {
                 "epoch": current["epoch"],
                 "seconds": now - current["start"],
@@ -37,5 +40,6 @@ def epoch_times(path: str) -> Callable[[Language, Dict[str, Any]], None]:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux

@@ -29,14 +29,11 @@ from ..nn.embedder import Embedder
 from .architectures import has_trained, is_elmo_mix, set_mix_dims
 from .config import ElmoSettings, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
-from .layer_cache import LayerCache
+from .layer_cache import LayerCache, Words
 from .output import ElmoOutput
 from .segments import Segment, doc_segments, token_budget_batches
 from .similarity import set_similarity_hooks
 from .threads import apply_num_threads
-
-Words = Tuple[str, ...]
-"""The token strings of a segment: what the biLM reads, and the layer cache's key."""
 
 DEFAULT_CONFIG: Dict[str, Any] = {
     "weights": "",
@@ -164,10 +161,9 @@ class ElmoComponent(Pipe):
         self.options = options
         self.settings = settings
         self.device = torch.device(settings.device)
-        self.listener_map: Dict[str, List[Model]] = {}
         self.model: Model = Model("elmo-annotations", _no_forward)
-        """A stand-in for spaCy's listener protocol: the biLM is not a thinc model, and
-        ELMo mixes read doc._.elmo, so `nlp.replace_listeners` does not apply to them."""
+        """A stand-in for spaCy's listener protocol (the biLM is not a thinc model)."""
+        self._mixes: Dict[str, List[Model]] = {}
         self._bilm: Optional[BiLM] = None
         self._mix: Optional[LayerMix] = None
         self._embedder: Optional[Embedder] = None
@@ -193,15 +189,16 @@ class ElmoComponent(Pipe):
         self._embedder = Embedder(self._bilm, self.settings.token_cache_size, self.settings.precision)
         if self._layer_cache is not None:
             self._layer_cache.clear()
-        for component, listeners in self.listener_map.items():
-            for listener in listeners:
-                self._give_shape(listener, component)
+        for component, mixes in self._mixes.items():
+            for mix in mixes:
+                self._give_shape(mix, component)
 
     @property
-    def layer_cache(self) -> Optional[LayerCache]:
+    def active_cache(self) -> Optional[LayerCache]:
         """The per-sentence layer cache, when the `layer_cache` setting has it on now."""
         mode = self.settings.layer_cache
-        if mode == "never" or (mode == "training" and not any(has_trained(m) for m in self.listeners)):
+        trained = any(has_trained(mix) for mixes in self._mixes.values() for mix in mixes)
+        if mode == "never" or (mode == "training" and not trained):
             return None
         if self._layer_cache is None:
             settings = self.settings
@@ -209,30 +206,48 @@ class ElmoComponent(Pipe):
             self._layer_cache = LayerCache(settings.layer_cache_bytes, spill_dir, settings.layer_cache_spill_bytes)
         return self._layer_cache
 
-    # spaCy's ListenedToComponent protocol: the listeners are the ELMo mixes downstream.
+    @property
+    def mixes(self) -> Dict[str, List[Model]]:
+        """Component name -> the ELMo mixes of its model, downstream of this component."""
+        return self._mixes
+
+    # spaCy's ListenedToComponent protocol: spaCy empties `listener_map`, then calls
+    # `find_listeners` with every later component whenever it links the pipeline. That is
+    # how this component finds the ELMo mixes. The mixes read doc._.elmo; they are not
+    # proxies of this component's output, so to spaCy it has no listeners to replace
+    # (`nlp.replace_listeners`, `replace_listeners` when sourcing a component).
+
+    @property
+    def listener_map(self) -> Dict[str, List[Model]]:
+        return {}
+
+    @listener_map.setter
+    def listener_map(self, value: Dict[str, List[Model]]) -> None:
+        """spaCy links the pipeline again: forget the mixes found so far."""
+        self._mixes = {}
 
     @property
     def listeners(self) -> List[Model]:
-        return [listener for listeners in self.listener_map.values() for listener in listeners]
+        return []
 
     @property
     def listening_components(self) -> List[str]:
-        return list(self.listener_map)
+        return []
 
     def add_listener(self, listener: Model, component_name: str) -> None:
         """Register an ELMo mix of `component_name` and give it the model's shape if known."""
-        listeners = self.listener_map.setdefault(component_name, [])
-        if listener not in listeners:
-            listeners.append(listener)
+        mixes = self._mixes.setdefault(component_name, [])
+        if listener not in mixes:
+            mixes.append(listener)
         self._give_shape(listener, component_name)
 
     def remove_listener(self, listener: Model, component_name: str) -> bool:
-        listeners = self.listener_map.get(component_name, [])
-        if listener not in listeners:
+        mixes = self._mixes.get(component_name, [])
+        if listener not in mixes:
             return False
-        listeners.remove(listener)
-        if not listeners:
-            del self.listener_map[component_name]
+        mixes.remove(listener)
+        if not mixes:
+            del self._mixes[component_name]
         return True
 
     def find_listeners(self, component: Any) -> None:
@@ -256,7 +271,7 @@ class ElmoComponent(Pipe):
         else:
             try:
                 config = bilm_config(self.weights, self.options)
-            except (ModelFileError, ValueError):
+            except (ValueError, OSError):  # ModelFileError included
                 return None
         return config.n_layers + 1, config.output_dim
 
@@ -286,7 +301,7 @@ class ElmoComponent(Pipe):
         leading = (bilm.n_output_layers,) if self.settings.keep_layers else ()
         stored = [numpy.zeros((*leading, len(doc), width), dtype=numpy.float32) for doc in docs]
         settings = self.settings
-        cache = self.layer_cache
+        cache = self.active_cache
         to_embed: List[Tuple[Segment, Words]] = []
         for index, doc in enumerate(docs):
             for segment in doc_segments(doc, index, settings.use_sentences, settings.window_size, settings.window_overlap):

@@ -2,8 +2,6 @@
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Union
 
-from pathlib import Path
-
 import numpy
 import torch
 
@@ -101,8 +99,6 @@ class ElmoSettings:
         for name in ("layer_cache_bytes", "layer_cache_spill_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or positive, got {getattr(self, name)}")
-        if self.layer_cache_dir is not None and not Path(self.layer_cache_dir).is_dir():
-            raise ValueError(f"layer_cache_dir {self.layer_cache_dir!r} is not an existing folder")
         try:
             device = torch.device(self.device)
         except RuntimeError as err:

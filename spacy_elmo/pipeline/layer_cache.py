@@ -5,6 +5,9 @@ sentence in the next epoch, the same dev sentence at the next evaluation) need n
 again. Entries live in memory up to a byte budget, least recently used first out; with a
 spill folder, entries pushed out of memory go to an append-only file there (up to a
 second budget) and are read back from it. Values come back exactly as they were stored.
+
+A forked process (`nlp.pipe(n_process=...)`) keeps the memory part it inherited and starts
+a spill file of its own; a pickled cache (spawned workers) arrives empty.
 """
 import os
 import sys
@@ -12,11 +15,12 @@ import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Dict, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Optional, Sequence, Tuple
 
 import numpy
 
-Key = Tuple[str, ...]
+Words = Tuple[str, ...]
+"""The token strings of a sentence (or of a window of one): the key."""
 
 
 @dataclass
@@ -45,17 +49,24 @@ class LayerCache:
             raise ValueError(f"cache budgets must not be negative, got {max_bytes} and {max_spill_bytes}")
         if max_spill_bytes and spill_dir is None:
             raise ValueError("a spill budget needs a spill folder")
-        if spill_dir is not None and not Path(spill_dir).is_dir():
+        if max_spill_bytes and not Path(spill_dir).is_dir():
             raise ValueError(f"{spill_dir}: the layer cache's spill folder does not exist")
         self.max_bytes = max_bytes
         self.max_spill_bytes = max_spill_bytes if spill_dir is not None else 0
         self.spill_dir = Path(spill_dir) if spill_dir is not None else None
         self.stats = CacheStats()
-        self._memory: "OrderedDict[Key, numpy.ndarray]" = OrderedDict()
+        self._memory: "OrderedDict[Words, numpy.ndarray]" = OrderedDict()
         self._memory_bytes = 0
-        self._spilled: Dict[Key, _Spilled] = {}
+        self._spilled: Dict[Words, _Spilled] = {}
         self._spill_file: Optional[BinaryIO] = None
         self._spill_bytes = 0
+        self._spill_owner = os.getpid()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"max_bytes": self.max_bytes, "spill_dir": self.spill_dir, "max_spill_bytes": self.max_spill_bytes}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
 
     @property
     def memory_bytes(self) -> int:
@@ -69,16 +80,18 @@ class LayerCache:
     def __len__(self) -> int:
         return len(self._memory) + len(self._spilled)
 
-    def __contains__(self, key: Key) -> bool:
+    def __contains__(self, key: Words) -> bool:
+        self._own_spill_file()
         return key in self._memory or key in self._spilled
 
-    def get(self, key: Key) -> Optional[numpy.ndarray]:
-        """The stored array (read-only, shared with the cache), or None."""
+    def get(self, key: Words) -> Optional[numpy.ndarray]:
+        """The stored array (read-only), or None."""
         value = self._memory.get(key)
         if value is not None:
             self._memory.move_to_end(key)
             self.stats.hits += 1
             return value
+        self._own_spill_file()
         spilled = self._spilled.get(key)
         if spilled is not None:
             self.stats.hits += 1
@@ -87,8 +100,9 @@ class LayerCache:
         self.stats.misses += 1
         return None
 
-    def put(self, key: Key, value: numpy.ndarray) -> None:
-        """Store a float32 copy of `value` (nothing if it alone exceeds the memory budget)."""
+    def put(self, key: Words, value: numpy.ndarray) -> None:
+        """Store a float32 copy of `value`; one that alone exceeds the memory budget goes to
+        the spill file if there is room, else it is not kept."""
         if key in self:
             return
         size = entry_bytes(key, value)
@@ -108,29 +122,36 @@ class LayerCache:
     def clear(self) -> None:
         self._memory.clear()
         self._memory_bytes = 0
-        self._spilled.clear()
+        self._forget_spilled()
+
+    def _forget_spilled(self) -> None:
+        self._spilled = {}
         self._spill_bytes = 0
         if self._spill_file is not None:
-            self._spill_file.close()
-            self._spill_file = None
+            self._spill_file.close()  # in a forked process, its own copy of the descriptor
+        self._spill_file = None
+        self._spill_owner = os.getpid()
 
-    def _spill(self, key: Key, value: numpy.ndarray) -> None:
+    def _own_spill_file(self) -> None:
+        """A forked process must not write to (or read through) its parent's file."""
+        if self._spill_owner != os.getpid():
+            self._forget_spilled()
+
+    def _spill(self, key: Words, value: numpy.ndarray) -> None:
         """Append `value` to the spill file if the spill budget allows; else it is dropped."""
+        self._own_spill_file()
         if not self.max_spill_bytes or self._spill_bytes + value.nbytes > self.max_spill_bytes:
             return
         if self._spill_file is None:
             self._spill_file = tempfile.TemporaryFile(dir=self.spill_dir, prefix="elmo-layers-")
-        self._spill_file.seek(0, os.SEEK_END)
-        offset = self._spill_file.tell()
-        self._spill_file.write(value.tobytes())
-        self._spilled[key] = _Spilled(offset, value.shape)
+        os.pwrite(self._spill_file.fileno(), value.tobytes(), self._spill_bytes)
+        self._spilled[key] = _Spilled(self._spill_bytes, value.shape)
         self._spill_bytes += value.nbytes
 
     def _read_spilled(self, spilled: _Spilled) -> numpy.ndarray:
         assert self._spill_file is not None
-        self._spill_file.seek(spilled.offset)
         count = int(numpy.prod(spilled.shape))
-        data = self._spill_file.read(count * 4)
+        data = os.pread(self._spill_file.fileno(), count * 4, spilled.offset)
         return numpy.frombuffer(data, dtype=numpy.float32, count=count).reshape(spilled.shape)
 
 

@@ -145,16 +145,21 @@ def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Voca
     """The biLM with its softmax and vocabulary from a pretraining model directory."""
     model_dir = Path(model_dir)
     bilm = load_model(model_dir)
-    weight, bias = load_lm_head(model_dir)
-    vocab = Vocabulary.from_file(model_dir / "vocab.txt")
-    if weight.shape != (len(vocab), bilm.config.projection_dim):
-        raise ModelFileError(
-            model_dir / "softmax.npz",
-            f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {bilm.config.projection_dim}) for vocab.txt and the biLM",
-        )
+    weight, bias, vocab = load_softmax_and_vocab(model_dir, bilm.config.projection_dim)
     head = FullSoftmax(bilm.config.projection_dim, len(vocab))
     head.load_state_dict({"weight": weight, "bias": bias})
     return BiLMObjective(bilm, head).eval(), vocab
+
+
+def load_softmax_and_vocab(model_dir: Path, dim: int) -> Tuple[torch.Tensor, torch.Tensor, Vocabulary]:
+    """A pretraining model directory's softmax weight (vocab, dim), bias and vocabulary."""
+    weight, bias = load_lm_head(model_dir)
+    vocab = Vocabulary.from_file(model_dir / "vocab.txt")
+    if weight.shape != (len(vocab), dim):
+        raise ModelFileError(
+            model_dir / "softmax.npz", f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {dim}) for vocab.txt and the biLM"
+        )
+    return weight, bias, vocab
 
 
 def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocabulary) -> int:
@@ -164,16 +169,13 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
     source = Path(source)
     if not source.is_dir() or not (source / "softmax.npz").is_file() or not (source / "vocab.txt").is_file():
         return 0
-    weight, bias = load_lm_head(source)
-    old = Vocabulary.from_file(source / "vocab.txt")
-    if weight.shape != (len(old), head.weight.shape[1]):
-        raise ModelFileError(source / "softmax.npz", f"softmax is {tuple(weight.shape)}, expected ({len(old)}, {head.weight.shape[1]}) for its vocab.txt")
+    weight, bias, old = load_softmax_and_vocab(source, head.weight.shape[1])
     pairs = [(new, old.index[token]) for new, token in enumerate(vocab.tokens) if token in old.index]
-    new_ids = torch.tensor([new for new, _ in pairs], dtype=torch.long)
+    new_ids = torch.tensor([new for new, _ in pairs], dtype=torch.long, device=head.weight.device)
     old_ids = torch.tensor([o for _, o in pairs], dtype=torch.long)
     with torch.no_grad():
-        head.weight[new_ids.to(head.weight.device)] = weight[old_ids].to(head.weight.device)
-        head.bias[new_ids.to(head.bias.device)] = bias[old_ids].to(head.bias.device)
+        head.weight[new_ids] = weight[old_ids].to(head.weight.device)
+        head.bias[new_ids] = bias[old_ids].to(head.bias.device)
     return len(pairs)
 
 

@@ -159,7 +159,8 @@ class Trainer:
         self.objective = build_objective(config, len(self.vocab), bilm).to(self.device)
         if bilm is not None:
             copied = carry_over_softmax(self.objective.head, config.paths.init_from, self.vocab)
-            logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
+            if copied:
+                logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
         self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(config.optimizer, self.parameters)
         torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process

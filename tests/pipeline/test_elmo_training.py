@@ -28,7 +28,7 @@ def test_mixes_get_their_shape_from_the_elmo_component(tiny_model_dir):
     elmo = nlp.get_pipe("elmo")
     assert elmo._bilm is None  # the shape comes from the model's config.json: no weights read
     (mix,) = mixes(nlp)["tok2vec"]
-    assert elmo.listener_map == {"tok2vec": [mix]}
+    assert elmo.mixes == {"tok2vec": [mix]}
     assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 12)
     with nlp.select_pipes(disable=["elmo"]):  # as spacy train does with a frozen elmo
         nlp.initialize(lambda: tagged_examples(nlp))
@@ -59,7 +59,7 @@ def test_each_component_carries_its_own_mix(tiny_model_dir):
     assert found["tok2vec"] == [] and len(found["tagger"]) == 1 and len(found["morphologizer"]) == 1
     tagger_mix, morph_mix = found["tagger"][0], found["morphologizer"][0]
     assert tagger_mix is not morph_mix
-    assert sorted(nlp.get_pipe("elmo").listening_components) == ["morphologizer", "tagger"]
+    assert sorted(nlp.get_pipe("elmo").mixes) == ["morphologizer", "tagger"]
     train_pipeline(nlp, steps=60)
     assert [[t.tag_ for t in doc] for doc in nlp.pipe(text for text, _, _ in TAGGED)] == [tags for _, tags, _ in TAGGED]
     assert [[t.pos_ for t in doc] for doc in nlp.pipe(text for text, _, _ in TAGGED)] == [pos for _, _, pos in TAGGED]
@@ -84,13 +84,71 @@ def test_a_trained_pipeline_round_trips_through_disk_and_bytes(tiny_model_dir, t
     (original,) = mixes(nlp)["tok2vec"]
     numpy.testing.assert_array_equal(mix.get_param("scalars"), original.get_param("scalars"))
     assert mix_gamma(mix) == mix_gamma(original)
-    assert loaded.get_pipe("elmo").listener_map == {"tok2vec": [mix]}
+    assert loaded.get_pipe("elmo").mixes == {"tok2vec": [mix]}
 
     from_bytes = load_model_from_config(nlp.config)
     from_bytes.from_bytes(nlp.to_bytes())
     assert predictions(from_bytes) == expected
     with pytest.raises(ValueError, match="needs doc._.elmo.layers"):
         loaded.get_pipe("tok2vec")(loaded.make_doc("no elmo here"))  # trained: unannotated docs are an error
+
+
+def test_the_elmo_component_keeps_track_of_mixes_as_the_pipeline_changes(tiny_model_dir):
+    nlp = elmo_tagging_pipeline(tiny_model_dir, per_task=True)
+    elmo = nlp.get_pipe("elmo")
+    (tagger_mix,) = elmo.mixes["tagger"]
+    assert elmo.remove_listener(tagger_mix, "tagger") and "tagger" not in elmo.mixes
+    assert not elmo.remove_listener(tagger_mix, "tagger")
+    nlp.remove_pipe("morphologizer")  # spaCy links the pipeline again
+    assert sorted(elmo.mixes) == ["tagger"] and elmo.mixes["tagger"] == [tagger_mix]
+    # to spaCy, elmo has no listeners to replace: the mixes are layers of their components
+    assert elmo.listener_map == {} and elmo.listening_components == [] and elmo.listeners == []
+    with pytest.raises(ValueError, match="E887"):
+        nlp.replace_listeners("elmo", "tagger", ["model.tok2vec.mix"])
+
+
+def test_a_saved_pipeline_loads_its_own_shape_whatever_lies_at_its_weights_path(tiny_model_dir, tmp_path):
+    """The config names the biLM the pipeline was trained with; by the time it is loaded,
+    another model of another shape may lie there."""
+    from elmo_testing import TINY_SETTINGS, random_bilm
+    from spacy_elmo.io import save_model
+    from spacy_elmo.nn import BiLMConfig
+
+    save_model(random_bilm(), tmp_path / "bilm")
+    nlp = train_pipeline(elmo_tagging_pipeline(tmp_path / "bilm"), steps=5)
+    expected = predictions(nlp)
+    nlp.to_disk(tmp_path / "pipeline")
+    save_model(random_bilm(BiLMConfig(**{**TINY_SETTINGS, "projection_dim": 4, "n_layers": 3})), tmp_path / "bilm")
+    loaded = spacy.load(tmp_path / "pipeline")
+    assert predictions(loaded) == expected
+    (mix,) = mixes(loaded)["tok2vec"]
+    assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 12)
+
+
+def test_sourcing_a_component_with_its_own_mix_and_replace_listeners(tiny_model_dir, tmp_path):
+    """spaCy replaces the listeners of a sourced component; the ELMo mix is not one."""
+    from thinc.api import Config
+
+    nlp = train_pipeline(elmo_tagging_pipeline(tiny_model_dir, per_task=True))
+    expected = [[t.tag_ for t in doc] for doc in nlp.pipe(TEXTS)]
+    nlp.to_disk(tmp_path / "trained")
+    config = Config().from_str(
+        f"""
+[nlp]
+lang = "en"
+pipeline = ["elmo", "tagger"]
+[components]
+[components.elmo]
+source = "{tmp_path / 'trained'}"
+[components.tagger]
+source = "{tmp_path / 'trained'}"
+replace_listeners = ["model.tok2vec.features"]
+"""
+    )
+    sourced = load_model_from_config(config, auto_fill=True)
+    assert [[t.tag_ for t in doc] for doc in sourced.pipe(TEXTS)] == expected
+    assert sourced.get_pipe_config("tagger")["model"]["tok2vec"]["features"]["@architectures"] == "spacy.Tok2Vec.v2"
+    assert list(sourced.get_pipe("elmo").mixes) == ["tagger"]
 
 
 def test_replace_listeners_then_save_and_reload(tiny_model_dir, tmp_path):
@@ -104,7 +162,7 @@ def test_replace_listeners_then_save_and_reload(tiny_model_dir, tmp_path):
     loaded = spacy.load(tmp_path / "replaced")
     assert loaded.get_pipe_config("tagger")["model"]["tok2vec"]["@architectures"] == "spacy.Tok2Vec.v2"
     assert predictions(loaded) == expected
-    assert sorted(loaded.get_pipe("elmo").listening_components) == ["tagger", "tok2vec"]
+    assert sorted(loaded.get_pipe("elmo").mixes) == ["tagger", "tok2vec"]
 
 
 def test_spacy_train_finds_the_shape_with_elmo_frozen(tiny_model_dir, tmp_path):
