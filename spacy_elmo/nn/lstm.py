@@ -1,11 +1,14 @@
 """A unidirectional LSTM with cell clipping, output projection and projection clipping.
 
 This is the cell of bilm-tf/AllenNLP ELMo. `nn.LSTM(proj_size=...)` cannot be used: it
-has no clipping. The input projection is one matrix product over all time steps; the
-time loop only does the recurrent product and the gate arithmetic, and only for the rows
-whose sequence is still running (batches are sorted by length, longest first).
+has no clipping. The time loop runs over packed rows: batches are sorted by length,
+longest first, so step t's running rows are the first `batch_sizes[t]`, and the rows of
+all steps are stored one step after the other (as in a `PackedSequence`). The input
+projection is one matrix product over all packed rows; the loop only does the recurrent
+product and the gate arithmetic. In training, a hand-written backward pass through time
+leaves the weight gradients to one matrix product each.
 """
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
@@ -72,38 +75,17 @@ class ProjectedLSTM(nn.Module):
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
         weights = self._gate_weights()
-        # (time, batch, 4 * cell_dim): each step reads one contiguous block.
-        input_gates = self._input_gates(inputs.transpose(0, 1).contiguous(), weights)
+        rows = packed_rows(batch_sizes, batch, inputs.device)
+        input_gates = self._input_gates(inputs.transpose(0, 1).reshape(time * batch, -1).index_select(0, rows), weights)
         if self.forget_bias:
-            input_gates[..., self.cell_dim : 2 * self.cell_dim] += self.forget_bias
-        if not torch.is_grad_enabled():
-            return self._run_in_place(input_gates, h, c, batch_sizes, weights)
-        steps = []
-        # unbind: one backward node for all steps (slicing step t out of the whole
-        # tensor would make autograd allocate a full-size gradient once per step)
-        for t, (step_gates, n) in enumerate(zip(input_gates.unbind(0), batch_sizes)):
-            gates = self._add_recurrent_gates(step_gates[:n], h[:n], weights)
-            h_t, c_t = self._step(gates, c[:n])
-            steps.append(h_t)
-            if n < batch:
-                h, c = torch.cat([h_t, h[n:]]), torch.cat([c_t, c[n:]])
-            else:
-                h, c = h_t, c_t
-        return _time_major(steps, batch_sizes, batch).transpose(0, 1), (h, c)
-
-    def _run_in_place(
-        self, input_gates: torch.Tensor, h: torch.Tensor, c: torch.Tensor, batch_sizes: List[int], weights: GateWeights
-    ) -> Tuple[torch.Tensor, LSTMState]:
-        """The time loop without autograd, writing outputs and state in place."""
-        time, batch = input_gates.shape[:2]
-        outputs = input_gates.new_zeros(time, batch, self.output_dim)
-        h, c = h.clone(), c.clone()
-        for t, n in enumerate(batch_sizes):
-            gates = self._add_recurrent_gates(input_gates[t, :n], h[:n], weights)
-            h_t, c_t = self._step_in_place(gates, c[:n])
-            outputs[t, :n] = h_t
-            h[:n], c[:n] = h_t, c_t
-        return outputs.transpose(0, 1), (h, c)
+            input_gates[:, self.cell_dim : 2 * self.cell_dim] += self.forget_bias
+        if torch.is_grad_enabled():
+            projection = self.projection if self.projection is not None else input_gates.new_empty(0)
+            packed, h, c = _TrainingTimeLoop.apply(self, batch_sizes, input_gates, weights[1], projection, h, c)
+        else:
+            packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights)
+        outputs = packed.new_zeros(time * batch, self.output_dim).index_copy(0, rows, packed)
+        return outputs.view(time, batch, -1).transpose(0, 1), (h, c)
 
     def _gate_weights(self) -> GateWeights:
         """Input weight, transposed recurrent weight and bias, with the candidate (g) rows
@@ -127,18 +109,9 @@ class ProjectedLSTM(nn.Module):
         assert self.projection is not None
         return h @ self.projection.t()
 
-    def _step(self, gates: torch.Tensor, c: torch.Tensor) -> LSTMState:
-        """One time step for n running rows: gates (n, 4H) with g doubled, cell (n, H)
-        -> new (h, c). Differentiable."""
-        i, f, g, o = torch.sigmoid(gates).chunk(4, dim=1)
-        c = torch.addcmul(f * c - i, i, g, value=2.0)  # f * c + i * tanh(g)
-        if self.cell_clip is not None:
-            c = c.clamp(-self.cell_clip, self.cell_clip)
-        h = torch.addcmul(-o, o, torch.sigmoid(2.0 * c), value=2.0)  # o * tanh(c)
-        return self._clipped_projection(h), c
-
     def _step_in_place(self, gates: torch.Tensor, c: torch.Tensor) -> LSTMState:
-        """`_step` for inference: the same arithmetic with fewer allocations (overwrites `gates`)."""
+        """One time step for n running rows: gates (n, 4H) with g doubled (overwritten by
+        their sigmoids), cell (n, H) -> new (h, c)."""
         i, f, g, o = gates.sigmoid_().chunk(4, dim=1)
         c = torch.mul(f, c).sub_(i).addcmul_(i, g, value=2.0)
         if self.cell_clip is not None:
@@ -154,11 +127,122 @@ class ProjectedLSTM(nn.Module):
         return h
 
 
-def _time_major(steps: List[torch.Tensor], batch_sizes: List[int], batch: int) -> torch.Tensor:
-    """Per-step outputs, step t (batch_sizes[t], P), -> (time, batch, P), zero past each row's
-    end. One differentiable copy: writing each step into a slice of a preallocated tensor
-    would make autograd clone the whole tensor once per step."""
-    flat = torch.cat(steps)
-    rows = torch.cat([torch.arange(n) + t * batch for t, n in enumerate(batch_sizes)]).to(flat.device)
-    out = flat.new_zeros(len(batch_sizes) * batch, flat.shape[1]).index_copy(0, rows, flat)
-    return out.view(len(batch_sizes), batch, flat.shape[1])
+
+def packed_rows(batch_sizes: List[int], batch: int, device: torch.device) -> torch.Tensor:
+    """(sum(batch_sizes),) the time-major row (t * batch + r) of each packed row."""
+    return torch.cat([torch.arange(n) + t * batch for t, n in enumerate(batch_sizes)]).to(device)
+
+
+def _step_offsets(batch_sizes: List[int]) -> List[int]:
+    """Where each step's rows start among the packed rows."""
+    offsets, total = [], 0
+    for n in batch_sizes:
+        offsets.append(total)
+        total += n
+    return offsets
+
+
+class _Record(NamedTuple):
+    """What the backward pass of a time loop needs besides its outputs (packed rows)."""
+
+    sigmoids: torch.Tensor  # (rows, 4H): sigmoid of each step's gates, g doubled
+    cells: torch.Tensor  # (rows, H): each step's cell state, after clipping
+
+
+def _run_time_loop(
+    layer: ProjectedLSTM,
+    input_gates: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    batch_sizes: List[int],
+    weights: GateWeights,
+    record: Optional[_Record] = None,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The time loop without autograd: packed input_gates (rows, 4H), initial h (batch, P)
+    and c (batch, H) -> packed outputs (rows, P) and the final (h, c) of each row. Fills
+    `record` for `_TrainingTimeLoop.backward` when given."""
+    outputs = input_gates.new_empty(len(input_gates), layer.output_dim)
+    h, c = h.clone(), c.clone()
+    for offset, n in zip(_step_offsets(batch_sizes), batch_sizes):
+        step = slice(offset, offset + n)
+        if record is None:
+            gates = layer._add_recurrent_gates(input_gates[step], h[:n], weights)
+        else:  # the sigmoids are computed in place, in the record
+            gates = torch.addmm(input_gates[step], h[:n], weights[1], out=record.sigmoids[step])
+        h_t, c_t = layer._step_in_place(gates, c[:n])
+        outputs[step] = h_t
+        h[:n], c[:n] = h_t, c_t
+        if record is not None:
+            record.cells[step] = c_t
+    return outputs, h, c
+
+
+class _TrainingTimeLoop(torch.autograd.Function):
+    """The differentiable time loop of a `ProjectedLSTM`, with a hand-written backward
+    pass through time: the forward pass is the inference loop keeping each step's gate
+    sigmoids and cells, the backward pass does only the per-step recurrence and leaves the
+    weight gradients to one matrix product each over all packed rows. Runs in float32
+    (under bf16 autocast too; float64 for float64 inputs); tested against autograd through
+    a naive cell and against finite differences."""
+
+    @staticmethod
+    def forward(ctx, layer, batch_sizes, input_gates, recurrent_t, projection, h, c):
+        """Packed input_gates (rows, 4H), recurrent_t (P, 4H), projection (P, H) or empty,
+        h (batch, P), c (batch, H) -> packed outputs (rows, P), final h, final c."""
+        ctx.dtypes = [t.dtype for t in (input_gates, recurrent_t, projection, h, c)]
+        dtype = torch.promote_types(input_gates.dtype, torch.float32)
+        input_gates, recurrent_t, projection, h, c = (t.to(dtype) for t in (input_gates, recurrent_t, projection, h, c))
+        rows, gate_dim = input_gates.shape
+        record = _Record(input_gates.new_empty(rows, gate_dim), input_gates.new_empty(rows, gate_dim // 4))
+        weights = (input_gates.new_empty(0), recurrent_t, input_gates.new_empty(0))
+        with torch.autocast(input_gates.device.type, enabled=False):
+            outputs, h_final, c_final = _run_time_loop(layer, input_gates, h, c, batch_sizes, weights, record)
+        ctx.batch_sizes = batch_sizes
+        ctx.cell_clip = layer.cell_clip
+        ctx.proj_clip = layer.proj_clip if layer.projection is not None else None
+        ctx.save_for_backward(record.sigmoids, record.cells, outputs, recurrent_t, projection, h, c)
+        return outputs, h_final, c_final
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_outputs, d_h_final, d_c_final):
+        sigmoids, cells, outputs, recurrent_t, projection, h0, c0 = ctx.saved_tensors
+        batch_sizes = ctx.batch_sizes
+        offsets = _step_offsets(batch_sizes)
+        dtype = sigmoids.dtype
+        d_outputs, d_h, d_c = d_outputs.to(dtype), d_h_final.to(dtype, copy=True), d_c_final.to(dtype, copy=True)
+        d_gates = torch.empty_like(sigmoids)
+        projected = projection.numel() > 0
+        if projected:
+            d_projected = torch.empty_like(outputs)  # each step's gradient at the projection's output
+            unprojected = torch.empty_like(cells)  # o * tanh(c), the projection's input
+        for t in reversed(range(len(batch_sizes))):
+            n = batch_sizes[t]
+            step = slice(offsets[t], offsets[t] + n)
+            d_y = d_outputs[step] + d_h[:n]
+            if ctx.proj_clip is not None:
+                d_y.mul_(outputs[step].abs() < ctx.proj_clip)
+            i, f, g, o = sigmoids[step].chunk(4, dim=1)
+            cell = cells[step]
+            tanh_cell = torch.sigmoid(2.0 * cell).mul_(2.0).sub_(1.0)
+            if projected:
+                d_projected[step] = d_y
+                torch.mul(o, tanh_cell, out=unprojected[step])
+                d_y = d_y @ projection
+            d_cell = (1.0 - tanh_cell * tanh_cell).mul_(o).mul_(d_y).add_(d_c[:n])
+            if ctx.cell_clip is not None:
+                d_cell.mul_(cell.abs() < ctx.cell_clip)
+            previous_cell = cells[offsets[t - 1] : offsets[t - 1] + n] if t else c0[:n]
+            d_i, d_f, d_g, d_o = d_gates[step].chunk(4, dim=1)
+            torch.mul(d_cell, 2.0 * g - 1.0, out=d_i).mul_(i * (1.0 - i))
+            torch.mul(d_cell, previous_cell, out=d_f).mul_(f * (1.0 - f))
+            torch.mul(d_cell, i, out=d_g).mul_(2.0 * g * (1.0 - g))  # tanh(x) = 2 sigmoid(2x) - 1, 2x stored
+            torch.mul(d_y, tanh_cell, out=d_o).mul_(o * (1.0 - o))
+            d_h[:n] = d_gates[step] @ recurrent_t.t()
+            d_c[:n] = d_cell.mul_(f)
+        previous_h = torch.cat([h0[: batch_sizes[0]]] + [outputs[offsets[t - 1] : offsets[t - 1] + n] for t, n in enumerate(batch_sizes) if t])
+        d_recurrent = previous_h.t() @ d_gates
+        d_projection = d_projected.t() @ unprojected if projected else None
+        grads = [d_gates, d_recurrent, d_projection, d_h, d_c]
+        grads = [g.to(dtype) if g is not None else None for g, dtype in zip(grads, ctx.dtypes)]
+        return (None, None, *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[2:])))

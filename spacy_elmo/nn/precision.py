@@ -21,6 +21,17 @@ from .lstm import GateWeights, ProjectedLSTM
 PRECISIONS = ("fp32", "bf16", "int8")
 
 
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether bfloat16 matrix products run natively on `device`: any GPU torch can use in
+    bf16, or a CPU with AVX512-BF16 or AMX tiles (elsewhere bf16 is emulated, slower than fp32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
 def check_precision(precision: str, device: torch.device) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")

@@ -106,7 +106,9 @@ class TrainingSettings:
     """"cpu", "cuda", "cuda:N" or "auto" (cuda when available). Under torchrun each process
     takes the GPU of its LOCAL_RANK."""
     mixed_precision: bool = False
-    """bf16 autocast on a GPU; ignored (with a warning) on CPU."""
+    """bf16 autocast for the training steps (fp32 master weights and optimizer state, fp32
+    dev perplexity) where bf16 is native: a GPU, or a CPU with AVX512-BF16 or AMX. Elsewhere
+    fp32, with a warning."""
     num_threads: int = 0
     """torch CPU threads per process (0: torch's default)."""
 

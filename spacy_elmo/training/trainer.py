@@ -23,6 +23,7 @@ from tqdm import tqdm
 from ..io import ModelFileError, find_model_dir, load_model, load_public_model
 from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
+from ..nn.precision import bf16_is_fast
 from ..nn.softmax import FullSoftmax, SampledSoftmax
 from ..nn.warm_state import without_warm_state
 from .checkpoint import Progress, carry_over_softmax, corpus_fingerprint, load_checkpoint, save_checkpoint, save_trained_model
@@ -124,9 +125,9 @@ class Trainer:
         self.process = start_process(self.device)
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
-        self.autocast = settings.mixed_precision and self.device.type == "cuda"
+        self.autocast = settings.mixed_precision and bf16_is_fast(self.device)
         if settings.mixed_precision and not self.autocast:
-            logger.warning("training.mixed_precision is for GPUs; training in fp32 on %s", self.device)
+            logger.warning("training.mixed_precision: %s has no native bfloat16 (GPU, or CPU with AVX512-BF16 or AMX); training in fp32", self.device)
         corpus = Path(config.paths.corpus)
         self.vocab = Vocabulary.from_file(corpus / "vocab.txt")
         shards = train_shards(corpus)

@@ -12,6 +12,7 @@ import torch
 from elmo_testing import DEMO_PRETRAIN_CONFIG, golden_dir, metric_records, saved_weights, tiny_pretrain_overrides
 from spacy_elmo.io import ModelFileError, load_model
 from spacy_elmo.nn.objective import BOS_ID, EOS_ID
+from spacy_elmo.nn.precision import bf16_is_fast
 from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.data import BatchStream, read_sentences, to_tensors, train_shards
@@ -225,3 +226,31 @@ def test_a_signal_requests_a_stop_and_a_second_stops_at_once():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+BF16_LOSS_TOLERANCE = 0.01
+"""Relative difference allowed between a step's loss in bf16 autocast and in fp32."""
+
+
+@pytest.mark.skipif(not bf16_is_fast(torch.device("cpu")), reason="this CPU has no native bfloat16 (AVX512-BF16 or AMX)")
+def test_bf16_training_steps_have_the_fp32_losses_within_tolerance(toy_corpus, tmp_path):
+    losses = {}
+    for mixed in (False, True):
+        out = tmp_path / f"mixed-{mixed}"
+        pretrain(config_for(toy_corpus, max_steps=3, eval_every=3, mixed_precision=mixed), out, progress_bar=False)
+        losses[mixed] = [r["loss"] for r in metric_records(out) if "loss" in r]
+        assert all(math.isfinite(r["dev_mean"]) for r in metric_records(out) if "dev_mean" in r)
+    assert losses[True] != losses[False]  # bf16 did run
+    for bf16, fp32 in zip(losses[True], losses[False]):
+        assert bf16 == pytest.approx(fp32, rel=BF16_LOSS_TOLERANCE)
+
+
+def test_mixed_precision_without_native_bf16_trains_in_fp32_with_a_warning(toy_corpus, tmp_path, monkeypatch, caplog):
+    from spacy_elmo.training import trainer
+
+    monkeypatch.setattr(trainer, "bf16_is_fast", lambda device: False)
+    pretrain(config_for(toy_corpus, max_steps=2, eval_every=2, mixed_precision=True), tmp_path / "mixed", progress_bar=False)
+    pretrain(config_for(toy_corpus, max_steps=2, eval_every=2), tmp_path / "fp32", progress_bar=False)
+    assert "no native bfloat16" in caplog.text
+    mixed, fp32 = (saved_weights(tmp_path / name / "model-last") for name in ("mixed", "fp32"))
+    assert mixed.keys() == fp32.keys() and all(numpy.array_equal(mixed[k], fp32[k]) for k in fp32)
