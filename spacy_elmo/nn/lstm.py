@@ -83,7 +83,7 @@ class ProjectedLSTM(nn.Module):
             projection = self.projection if self.projection is not None else input_gates.new_empty(0)
             packed, h, c = _TrainingTimeLoop.apply(self, batch_sizes, input_gates, weights[1], projection, h, c)
         else:
-            packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights)
+            packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights[1])
         outputs = packed.new_zeros(time * batch, self.output_dim).index_copy(0, rows, packed)
         return outputs.view(time, batch, -1).transpose(0, 1), (h, c)
 
@@ -100,9 +100,9 @@ class ProjectedLSTM(nn.Module):
         """(..., input_dim) -> (..., 4H): the input's share of the gates (g doubled), with the bias."""
         return torch.nn.functional.linear(inputs, weights[0], weights[2])
 
-    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor, weights: GateWeights) -> torch.Tensor:
-        """(n, 4H) + (n, output_dim) @ W_h^T -> (n, 4H), g doubled."""
-        return torch.addmm(input_gates, h, weights[1])
+    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor, recurrent_t: torch.Tensor) -> torch.Tensor:
+        """(n, 4H) + (n, output_dim) @ recurrent_t (output_dim, 4H) -> (n, 4H), g doubled."""
+        return torch.addmm(input_gates, h, recurrent_t)
 
     def _project(self, h: torch.Tensor) -> torch.Tensor:
         """(n, H) -> (n, P)"""
@@ -155,7 +155,7 @@ def _run_time_loop(
     h: torch.Tensor,
     c: torch.Tensor,
     batch_sizes: List[int],
-    weights: GateWeights,
+    recurrent_t: torch.Tensor,
     record: Optional[_Record] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The time loop without autograd: packed input_gates (rows, 4H), initial h (batch, P)
@@ -166,9 +166,9 @@ def _run_time_loop(
     for offset, n in zip(_step_offsets(batch_sizes), batch_sizes):
         step = slice(offset, offset + n)
         if record is None:
-            gates = layer._add_recurrent_gates(input_gates[step], h[:n], weights)
+            gates = layer._add_recurrent_gates(input_gates[step], h[:n], recurrent_t)
         else:  # the sigmoids are computed in place, in the record
-            gates = torch.addmm(input_gates[step], h[:n], weights[1], out=record.sigmoids[step])
+            gates = torch.addmm(input_gates[step], h[:n], recurrent_t, out=record.sigmoids[step])
         h_t, c_t = layer._step_in_place(gates, c[:n])
         outputs[step] = h_t
         h[:n], c[:n] = h_t, c_t
@@ -194,9 +194,8 @@ class _TrainingTimeLoop(torch.autograd.Function):
         input_gates, recurrent_t, projection, h, c = (t.to(dtype) for t in (input_gates, recurrent_t, projection, h, c))
         rows, gate_dim = input_gates.shape
         record = _Record(input_gates.new_empty(rows, gate_dim), input_gates.new_empty(rows, gate_dim // 4))
-        weights = (input_gates.new_empty(0), recurrent_t, input_gates.new_empty(0))
         with torch.autocast(input_gates.device.type, enabled=False):
-            outputs, h_final, c_final = _run_time_loop(layer, input_gates, h, c, batch_sizes, weights, record)
+            outputs, h_final, c_final = _run_time_loop(layer, input_gates, h, c, batch_sizes, recurrent_t, record)
         ctx.batch_sizes = batch_sizes
         ctx.cell_clip = layer.cell_clip
         ctx.proj_clip = layer.proj_clip if layer.projection is not None else None

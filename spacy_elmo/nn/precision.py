@@ -102,7 +102,7 @@ class Int8ProjectedLSTM(ProjectedLSTM):
     def _input_gates(self, inputs: torch.Tensor, weights: GateWeights) -> torch.Tensor:
         return self.int8_input(inputs.contiguous())
 
-    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor, weights: GateWeights) -> torch.Tensor:
+    def _add_recurrent_gates(self, input_gates: torch.Tensor, h: torch.Tensor, recurrent_t: torch.Tensor) -> torch.Tensor:
         return input_gates + self.int8_recurrent(h.contiguous())
 
     def _project(self, h: torch.Tensor) -> torch.Tensor:
