@@ -127,7 +127,6 @@ class ProjectedLSTM(nn.Module):
         return h
 
 
-
 def packed_rows(batch_sizes: List[int], batch: int, device: torch.device) -> torch.Tensor:
     """(sum(batch_sizes),) the time-major row (t * batch + r) of each packed row."""
     return torch.cat([torch.arange(n) + t * batch for t, n in enumerate(batch_sizes)]).to(device)
@@ -243,5 +242,5 @@ class _TrainingTimeLoop(torch.autograd.Function):
         d_recurrent = previous_h.t() @ d_gates
         d_projection = d_projected.t() @ unprojected if projected else None
         grads = [d_gates, d_recurrent, d_projection, d_h, d_c]
-        grads = [g.to(dtype) if g is not None else None for g, dtype in zip(grads, ctx.dtypes)]
-        return (None, None, *(g if need else None for g, need in zip(grads, ctx.needs_input_grad[2:])))
+        grads = [grad.to(wanted) if grad is not None else None for grad, wanted in zip(grads, ctx.dtypes)]
+        return (None, None, *(grad if need else None for grad, need in zip(grads, ctx.needs_input_grad[2:])))
