@@ -1,0 +1,149 @@
+"""A pretraining sweep: named trials, each a base config plus overrides, trained at the same
+step budget on the same corpus, a few at once, then one table of what each reached.
+Run by hand after `spacy project run corpus`:
+
+    python benchmarks/pretrain_sweep.py OUT_DIR --trial NAME [KEY=VALUE ...] [--trial ...]
+        [--config configs/pretrain-demo.cfg] [--corpus corpus] [--steps 600]
+        [--jobs 2] [--threads 1] [--seed 0]
+
+    python benchmarks/pretrain_sweep.py sweep --steps 600 \
+        --trial base --trial lr4 optimizer.learning_rate=0.004
+
+Every trial runs `python -m spacy_elmo pretrain` with `training.max_steps=STEPS`,
+`training.max_seconds=0`, its own seed and thread count, into OUT_DIR/NAME (a trial that
+finished already is read back, an interrupted one resumes). A step budget makes trials
+comparable however busy the machine is; a trial's cost at a wall-clock budget is its
+`tokens/s` (measured while the other trials ran too, so only comparable within one sweep).
+The table (also OUT_DIR/sweep.md and sweep.json) gives the steps, training tokens, wall
+time, tokens/s and the dev perplexity of each evaluation. Dev perplexities are comparable
+only between trials with the same vocabulary (the same corpus).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_trials(argv: Sequence[str]) -> Tuple[List[str], Dict[str, List[str]]]:
+    """Split `--trial NAME KEY=VALUE ...` groups from the other arguments."""
+    rest: List[str] = []
+    trials: Dict[str, List[str]] = {}
+    current = None
+    for arg in argv:
+        if arg == "--trial":
+            current = ""
+        elif current == "":
+            if arg in trials:
+                raise SystemExit(f"trial {arg!r} is named twice")
+            current = arg
+            trials[current] = []
+        elif current and "=" in arg and not arg.startswith("--"):
+            trials[current].append(arg)
+        else:
+            current = None
+            rest.append(arg)
+    if not trials:
+        raise SystemExit("name at least one --trial")
+    return rest, trials
+
+
+def command(name: str, overrides: List[str], args: argparse.Namespace) -> List[str]:
+    cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(args.config), str(args.out_dir / name), "--auto-resume", "--no-progress"]
+    settings = {
+        "paths.corpus": str(args.corpus),
+        "training.max_steps": str(args.steps),
+        "training.max_seconds": "0",
+        "training.seed": str(args.seed),
+        "training.num_threads": str(args.threads),
+    }
+    settings.update(override.split("=", 1) for override in overrides)
+    for key, value in settings.items():
+        cmd += [f"--{key}", value]
+    return cmd
+
+
+def finished(trial_dir: Path, steps: int) -> bool:
+    return bool(read_metrics(trial_dir)) and read_metrics(trial_dir)[-1].get("step", -1) >= steps and (trial_dir / "model-last").is_dir()
+
+
+def read_metrics(trial_dir: Path) -> List[dict]:
+    path = trial_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def summarize(name: str, overrides: List[str], trial_dir: Path) -> dict:
+    records = read_metrics(trial_dir)
+    train = [r for r in records if "tokens" in r]
+    dev = [(r["step"], r["dev_mean"]) for r in records if "dev_mean" in r]
+    last = train[-1] if train else {}
+    seconds = last.get("elapsed_seconds", 0.0)
+    return {
+        "trial": name,
+        "overrides": " ".join(overrides) or "(base)",
+        "steps": last.get("step", 0),
+        "tokens": last.get("tokens", 0),
+        "seconds": seconds,
+        "tokens_per_second": last.get("tokens", 0) / seconds if seconds else 0.0,
+        "dev": dev,
+    }
+
+
+def table(rows: List[dict]) -> str:
+    lines = [
+        "| trial | overrides | steps | tokens | wall s | tokens/s | dev ppl (step: ppl) | final dev ppl |",
+        "|---|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        curve = ", ".join(f"{step}: {ppl:.1f}" for step, ppl in row["dev"])
+        final = f"{row['dev'][-1][1]:.1f}" if row["dev"] else "n/a"
+        lines.append(
+            f"| {row['trial']} | `{row['overrides']}` | {row['steps']} | {row['tokens']:,} | {row['seconds']:.0f} "
+            f"| {row['tokens_per_second']:,.0f} | {curve} | {final} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    rest, trials = parse_trials(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--config", type=Path, default=REPO / "configs" / "pretrain-demo.cfg")
+    parser.add_argument("--corpus", type=Path, default=Path("corpus"))
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(rest)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    pending = [name for name in trials if not finished(args.out_dir / name, args.steps)]
+    running: Dict[str, subprocess.Popen] = {}
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            name = pending.pop(0)
+            (args.out_dir / name).mkdir(parents=True, exist_ok=True)
+            log = (args.out_dir / name / "sweep.log").open("a", encoding="utf-8")
+            print(f"start {name}: {' '.join(trials[name]) or '(base)'}", flush=True)
+            running[name] = subprocess.Popen(command(name, trials[name], args), stdout=log, stderr=subprocess.STDOUT, env=env)
+        for name, process in list(running.items()):
+            if process.poll() is not None:
+                print(f"done {name} (exit {process.returncode})", flush=True)
+                del running[name]
+        time.sleep(2)
+    rows = [summarize(name, overrides, args.out_dir / name) for name, overrides in trials.items()]
+    text = f"Base config {args.config.name}, corpus {args.corpus}, {args.steps} steps, seed {args.seed}, {args.jobs} trials at once with {args.threads} thread(s) each.\n\n{table(rows)}\n"
+    (args.out_dir / "sweep.md").write_text(text, encoding="utf-8")
+    (args.out_dir / "sweep.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
