@@ -67,11 +67,10 @@ def measure(config_path: str, corpus: str, steps: int, threads: int, device: str
     config = load_config(config_path, overrides)
     vocab = Vocabulary.from_file(Path(corpus) / "vocab.txt")
     torch.manual_seed(0)
-    objective = build_objective(config, len(vocab)).to(device)
+    objective = build_objective(config, vocab).to(device)
     optimizer = make_optimizer(config.optimizer, objective.parameters())
     batching = config.batching
     stream = BatchStream(train_shards(corpus), batching.tokens_per_batch, batching.max_sentence_tokens, batching.bucket_batches, 0)
-    width = objective.bilm.config.max_characters_per_token
     sentences = [next(stream) for _ in range(steps + 2)]
     autocast = precision == "bf16"
     seconds: Dict[str, float] = dict.fromkeys(PHASES, 0.0)
@@ -85,7 +84,7 @@ def measure(config_path: str, corpus: str, steps: int, threads: int, device: str
         return result
 
     def step(batch_sentences) -> int:
-        batch = timed("data", lambda: [t.to(device) for t in to_tensors(batch_sentences, vocab, width)])
+        batch = timed("data", lambda: [t.to(device) for t in to_tensors(batch_sentences, vocab, objective.bilm)])
         optimizer.zero_grad(set_to_none=True)
 
         def forward():

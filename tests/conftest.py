@@ -27,6 +27,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_word_model_dir(tmp_path_factory) -> Path:
+    """A spacy-elmo model directory holding a tiny word-level biLM with seeded random weights."""
+    from elmo_testing import random_word_bilm
+    from spacy_elmo.io import save_model
+
+    path = tmp_path_factory.mktemp("tiny-words") / "bilm"
+    save_model(random_word_bilm(), path)
+    return path
+
+
 @pytest.fixture
 def nlp(tiny_model_dir):
     import spacy

@@ -41,6 +41,20 @@ def random_bilm(config: BiLMConfig = TINY_CONFIG, seed: int = 0) -> BiLM:
     return bilm.eval()
 
 
+TINY_WORD_CONFIG = BiLMConfig(token_encoder="words", **TINY_SETTINGS)
+WORDS = ("<S>", "</S>", "<UNK>", "the", "bank", "river", "money", "a", "sat", "by", ".")
+
+
+def random_word_bilm(words=WORDS, seed: int = 0) -> BiLM:
+    """A word-level biLM over `words` with seeded random weights (clipping active)."""
+    torch.manual_seed(seed)
+    bilm = BiLM(TINY_WORD_CONFIG, words)
+    with torch.no_grad():
+        for param in bilm.parameters():
+            param.normal_(0.0, 0.5)
+    return bilm.eval()
+
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO_PRETRAIN_CONFIG = REPO / "configs" / "pretrain-demo.cfg"
 

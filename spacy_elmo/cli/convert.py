@@ -81,7 +81,6 @@ def export(
     """Write a model in the public hdf5 + options format that bilm-tf and AllenNLP read."""
     with clean_errors():
         bilm = load_model(find_model_dir(model))
-        output_dir.mkdir(parents=True, exist_ok=True)
         save_public_model(bilm, output_dir / "options.json", output_dir / "weights.hdf5")
     config = bilm.config
     if not config.use_skip_connections or config.lstm_dim == config.projection_dim:

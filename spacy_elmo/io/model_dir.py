@@ -1,4 +1,5 @@
-"""The project's own model format: a directory with `config.json` and `weights.npz`.
+"""The project's own model format: a directory with `config.json` and `weights.npz`, and
+for a word-level biLM `words.json` (its vocabulary, a JSON list of strings).
 
 Weights are a NumPy archive read with `allow_pickle=False`, so loading never unpickles
 anything. The same content travels as bytes (for `nlp.to_bytes`) in a msgpack map.
@@ -7,7 +8,7 @@ import io
 import json
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy
 import srsly
@@ -21,6 +22,7 @@ FORMAT = "spacy-elmo-bilm"
 VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.npz"
+WORDS_FILE = "words.json"
 
 
 def is_model_dir(path: Union[str, Path]) -> bool:
@@ -55,6 +57,8 @@ def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / CONFIG_FILE).write_text(json.dumps(_header(bilm), indent=2), encoding="utf-8")
     (path / WEIGHTS_FILE).write_bytes(_weights_to_npz(bilm))
+    if bilm.words is not None:
+        (path / WORDS_FILE).write_text(json.dumps(list(bilm.words), ensure_ascii=False), encoding="utf-8")
 
 
 def load_model(path: Union[str, Path]) -> BiLM:
@@ -67,20 +71,38 @@ def load_model(path: Union[str, Path]) -> BiLM:
     weights_path = path / WEIGHTS_FILE
     if not weights_path.is_file():
         raise ModelFileError(weights_path, "weight file not found")
-    return _build(header, weights_path.read_bytes(), config_path, weights_path)
+    words = None
+    if _config_from_header(header, config_path).token_encoder == "words":
+        words = _read_words(path / WORDS_FILE)
+    return _build(header, weights_path.read_bytes(), words, config_path, weights_path)
 
 
 def model_to_bytes(bilm: BiLM) -> bytes:
-    return srsly.msgpack_dumps({"header": _header(bilm), "weights": _weights_to_npz(bilm)})
+    message: Dict[str, Any] = {"header": _header(bilm), "weights": _weights_to_npz(bilm)}
+    if bilm.words is not None:
+        message["words"] = list(bilm.words)
+    return srsly.msgpack_dumps(message)
 
 
 def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
     try:
         message = srsly.msgpack_loads(data)
-        header, weights = message["header"], message["weights"]
+        header, weights, words = message["header"], message["weights"], message.get("words")
     except Exception as err:  # msgpack raises several unrelated types
         raise ModelFileError(source, f"not a serialized spacy-elmo model ({err})") from err
-    return _build(header, weights, source, source)
+    return _build(header, weights, words, source, source)
+
+
+def _read_words(path: Path) -> List[str]:
+    if not path.is_file():
+        raise ModelFileError(path, "a word-level biLM needs its vocabulary file, which is missing")
+    try:
+        words = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelFileError(path, f"not valid JSON ({err})") from err
+    if not isinstance(words, list):
+        raise ModelFileError(path, "expected a JSON list of words")
+    return words
 
 
 def _read_header(config_path: Path) -> Any:
@@ -114,9 +136,14 @@ def _weights_to_npz(bilm: BiLM) -> bytes:
     return buffer.getvalue()
 
 
-def _build(header: Any, weights: bytes, config_source: Any, weights_source: Any) -> BiLM:
+def _build(header: Any, weights: bytes, words: Optional[List[str]], config_source: Any, weights_source: Any) -> BiLM:
     config = _config_from_header(header, config_source)
-    bilm = BiLM(config)
+    if (config.token_encoder == "words") != (words is not None):
+        raise ModelFileError(config_source, f"token_encoder {config.token_encoder!r} and the presence of a word vocabulary disagree")
+    try:
+        bilm = BiLM(config, words)
+    except ValueError as err:
+        raise ModelFileError(config_source, f"invalid word vocabulary ({err})") from err
     expected = bilm.state_dict()
     arrays = read_arrays(weights, weights_source)
     missing = sorted(set(expected) - set(arrays))

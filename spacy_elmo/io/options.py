@@ -27,7 +27,13 @@ def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
 
 
 def options_from_config(config: BiLMConfig) -> Dict[str, Any]:
-    """The options dict that bilm-tf and AllenNLP read for inference (n_characters 262)."""
+    """The options dict that bilm-tf and AllenNLP read for inference (n_characters 262).
+    ValueError for a word-level biLM: the public format holds char-CNN models only."""
+    if config.token_encoder != "characters":
+        raise ValueError(
+            f"the public ELMo format holds char-CNN biLMs only; this one has token_encoder {config.token_encoder!r} "
+            "(use it through its model directory or a spaCy pipeline instead)"
+        )
     lstm: Dict[str, Any] = {
         "dim": config.lstm_dim,
         "projection_dim": config.projection_dim,

@@ -21,7 +21,7 @@ from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from ..nn.lstm import ProjectedLSTM
 from .errors import ModelFileError
-from .options import read_options, write_options
+from .options import options_from_config, read_options, write_options
 
 Converter = Callable[[numpy.ndarray], numpy.ndarray]
 GATE_ORDER = [0, 2, 1, 3]
@@ -65,7 +65,8 @@ def _reorder_gates(array: numpy.ndarray, cell_dim: int) -> numpy.ndarray:
 
 
 def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
-    """public dataset name -> how it maps onto `bilm`."""
+    """public dataset name -> how it maps onto `bilm` (ValueError for a word-level biLM)."""
+    options_from_config(bilm.config)
     encoder = bilm.token_encoder
     h = bilm.config.lstm_dim
     transpose: Converter = numpy.transpose
@@ -158,8 +159,9 @@ def save_public_weights(bilm: BiLM, weight_file: Union[str, Path]) -> None:
     """Write `bilm` as a public hdf5 weight file that bilm-tf and AllenNLP read."""
     import h5py
 
+    table = _weight_table(bilm)  # first: it refuses what the format cannot hold
     with h5py.File(weight_file, "w") as handle:
-        for name, entry in _weight_table(bilm).items():
+        for name, entry in table.items():
             handle.create_dataset(name, data=entry.to_public(entry.read()).astype(numpy.float32))
 
 
@@ -172,5 +174,10 @@ def load_public_model(options_file: Union[str, Path], weight_file: Union[str, Pa
 
 
 def save_public_model(bilm: BiLM, options_file: Union[str, Path], weight_file: Union[str, Path]) -> None:
+    """Write options.json and weights.hdf5 (their folders created); ValueError, before
+    anything is written, for a biLM the public format cannot hold."""
+    options_from_config(bilm.config)
+    for path in (options_file, weight_file):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_options(bilm.config, options_file)
     save_public_weights(bilm, weight_file)

@@ -5,13 +5,14 @@ The forward and backward stacks never see each other: a bidirectional multi-laye
 """
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
+import numpy
 import torch
 from torch import nn
 
-from .chars import begin_of_sentence_ids, end_of_sentence_ids
 from .config import BiLMConfig
 from .lstm import LSTMState, ProjectedLSTM
 from .token_encoder import TokenEncoder
+from .word_encoder import WordEncoder
 
 BiLMState = List[List[LSTMState]]
 """state[direction][layer] = (h, c); direction 0 is forward, 1 is backward."""
@@ -93,17 +94,28 @@ def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
 
 
 class BiLM(nn.Module):
-    """char ids of tokenized sentences -> all ELMo layers."""
+    """Input ids of tokenized sentences -> all ELMo layers.
 
-    def __init__(self, config: BiLMConfig) -> None:
+    A token's input ids are what its token encoder reads: (n_chars,) char ids for the
+    char-CNN, one word id for the word table. `input_ids` makes them from strings."""
+
+    def __init__(self, config: BiLMConfig, words: Optional[Sequence[str]] = None) -> None:
+        """`words`: the vocabulary of a word-level biLM (`<S>`, `</S>`, `<UNK>` first);
+        None for the char-CNN."""
         super().__init__()
         self.config = config
-        self.token_encoder = TokenEncoder(config)
+        self.token_encoder: Union[TokenEncoder, WordEncoder]
+        if config.token_encoder == "words":
+            if words is None:
+                raise ValueError("a biLM with token_encoder 'words' needs its vocabulary (words)")
+            self.token_encoder = WordEncoder(words, config.projection_dim)
+        else:
+            if words is not None:
+                raise ValueError("words are only for a biLM with token_encoder 'words'")
+            self.token_encoder = TokenEncoder(config)
         self.forward_stack = LSTMStack(config)
         self.backward_stack = LSTMStack(config)
-        width = config.max_characters_per_token
-        self.register_buffer("bos_ids", torch.from_numpy(begin_of_sentence_ids(width)), persistent=False)
-        self.register_buffer("eos_ids", torch.from_numpy(end_of_sentence_ids(width)), persistent=False)
+        self.register_buffer("boundary_ids", torch.from_numpy(self.token_encoder.boundary_ids()), persistent=False)
         if config.warm_state:
             # [direction, layer] initial h and c shared by every row; see nn.warm_state.
             output_dim = self.forward_stack.layers[0].output_dim
@@ -114,23 +126,41 @@ class BiLM(nn.Module):
     def n_output_layers(self) -> int:
         return self.config.n_layers + 1
 
+    @property
+    def words(self) -> Optional[Tuple[str, ...]]:
+        """The vocabulary of a word-level biLM; None for the char-CNN."""
+        return self.token_encoder.words if isinstance(self.token_encoder, WordEncoder) else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.boundary_ids.device
+
+    def input_ids(self, sentences: Sequence[Sequence[str]]) -> torch.Tensor:
+        """(batch, max_len, *id_shape) int64 input ids of tokenized sentences, 0 past each
+        row's length; id_shape is (n_chars,) for the char-CNN and () for words."""
+        lengths = numpy.array([len(s) for s in sentences], dtype=numpy.int64)
+        ids = self.token_encoder.string_ids([token for sentence in sentences for token in sentence])
+        out = numpy.zeros((len(sentences), int(lengths.max(initial=0)), *ids.shape[1:]), dtype=numpy.int64)
+        out[numpy.arange(out.shape[1]) < lengths[:, None]] = ids
+        return torch.from_numpy(out)
+
     def boundary_vectors(self) -> torch.Tensor:
         """(2, P): the token encodings of <S> and </S>."""
-        return self.token_encoder(torch.stack([self.bos_ids, self.eos_ids]))
+        return self.token_encoder(self.boundary_ids)
 
     def forward(
         self,
-        char_ids: torch.Tensor,
+        input_ids: torch.Tensor,
         lengths: Union[torch.Tensor, Sequence[int]],
         state: Optional[BiLMState] = None,
     ) -> BiLMOutput:
-        """char_ids: (batch, time, n_chars), rows right-padded with 0; lengths: (batch,).
+        """input_ids: (batch, time, *id_shape), rows right-padded with 0; lengths: (batch,).
 
         `state` (stateful mode) is the initial LSTM state per row; zeros when None.
         Only real tokens go through the token encoder.
         """
-        lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
-        return self.contextualize(self._encode_tokens(char_ids, lengths), lengths, state)
+        lengths = self._check_lengths(lengths, input_ids.shape[0], input_ids.shape[1], input_ids.device)
+        return self.contextualize(self._encode_tokens(input_ids, lengths), lengths, state)
 
     def contextualize(
         self,
@@ -159,23 +189,23 @@ class BiLM(nn.Module):
         return BiLMOutput(layers[:, run.restore], mask[run.restore], run.final_state)
 
     def top_states(
-        self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0
+        self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """For language-model training: the top forward and backward outputs over each
         framed sentence (<S> tokens </S>), both (batch, time + 2, P) in input row order,
         position j of a row of length n holding <S> at 0, its tokens at 1..n, </S> at n + 1.
         `dropout` applies to every LSTM layer's input."""
-        lengths = self._check_lengths(lengths, char_ids.shape[0], char_ids.shape[1], char_ids.device)
-        if char_ids.shape[1] == 0:
+        lengths = self._check_lengths(lengths, input_ids.shape[0], input_ids.shape[1], input_ids.device)
+        if input_ids.shape[1] == 0:
             raise ValueError("top_states needs at least one token per sentence")
-        run = self._run_stacks(self._encode_tokens(char_ids, lengths), lengths, None, None, dropout)
+        run = self._run_stacks(self._encode_tokens(input_ids, lengths), lengths, None, None, dropout)
         return run.forward_layers[-1][run.restore], run.backward_layers[-1][run.restore]
 
-    def _encode_tokens(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """(batch, time, n_chars) -> (batch, time, P); only real tokens are encoded, padding is 0."""
-        mask = torch.arange(char_ids.shape[1], device=char_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
-        tokens = self.token_encoder.char_embedding.weight.new_zeros(*char_ids.shape[:2], self.config.projection_dim)
-        tokens[mask] = self.token_encoder(char_ids[mask]).to(tokens.dtype)
+    def _encode_tokens(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(batch, time, *id_shape) -> (batch, time, P); only real tokens are encoded, padding is 0."""
+        mask = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0) < lengths.unsqueeze(1)
+        tokens = self.token_encoder.embedding_weight.new_zeros(*input_ids.shape[:2], self.config.projection_dim)
+        tokens[mask] = self.token_encoder(input_ids[mask]).to(tokens.dtype)
         return tokens
 
     def _run_stacks(
@@ -244,7 +274,7 @@ class BiLM(nn.Module):
 
     def zero_state(self, batch: int) -> BiLMState:
         """All-zero LSTM state for `batch` rows."""
-        like = self.token_encoder.char_embedding.weight
+        like = self.token_encoder.embedding_weight
         return [[layer.zero_state(batch, like) for layer in stack.layers] for stack in (self.forward_stack, self.backward_stack)]
 
 
@@ -262,13 +292,13 @@ class StatefulBiLM:
     def reset(self) -> None:
         self.state = None
 
-    def __call__(self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]]) -> BiLMOutput:
-        batch = char_ids.shape[0]
+    def __call__(self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]]) -> BiLMOutput:
+        batch = input_ids.shape[0]
         if self.state is None:
             self.state = self.bilm.zero_state(batch)
         self._grow(batch)
         initial = [[(h[:batch], c[:batch]) for h, c in direction] for direction in self.state]
-        output = self.bilm(char_ids, lengths, initial)
+        output = self.bilm(input_ids, lengths, initial)
         self.state = [
             [
                 (torch.cat([h_new.detach(), h[batch:]]), torch.cat([c_new.detach(), c[batch:]]))

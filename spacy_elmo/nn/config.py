@@ -3,16 +3,21 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional, Tuple
 
 ACTIVATIONS = ("relu", "tanh")
+TOKEN_ENCODERS = ("characters", "words")
 
 
 @dataclass(frozen=True)
 class BiLMConfig:
-    """Shape of a biLM: char-CNN token encoder plus forward/backward LSTM stacks.
+    """Shape of a biLM: a token encoder plus forward/backward LSTM stacks.
 
-    `filters` holds `(width, n_filters)` pairs. `projection_dim` (P) is the width of
-    the token encoding and of each LSTM output; `lstm_dim` is the LSTM cell size.
+    `token_encoder` is "characters" (the char-CNN: every string has its own vector) or
+    "words" (a learned vector per word of a fixed vocabulary, `<UNK>` for the rest; the
+    char-CNN keys are then unused). `filters` holds `(width, n_filters)` pairs.
+    `projection_dim` (P) is the width of the token encoding and of each LSTM output;
+    `lstm_dim` is the LSTM cell size.
     """
 
+    token_encoder: str = "characters"
     filters: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
     char_embedding_dim: int = 16
     n_highway: int = 1
@@ -31,6 +36,8 @@ class BiLMConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
         problems = []
+        if self.token_encoder not in TOKEN_ENCODERS:
+            problems.append(f"token_encoder must be one of {TOKEN_ENCODERS}, got {self.token_encoder!r}")
         if not self.filters:
             problems.append("filters must not be empty")
         if any(w < 1 or n < 1 for w, n in self.filters):

@@ -1,7 +1,7 @@
 """Tokenized sentences -> biLM layers, with token encodings cached by token string.
 
 Words repeat: in running English text a few thousand types cover most tokens, so the
-char-CNN and highways run once per distinct string (per batch, and across batches while
+token encoder (the char-CNN and highways, or the word table) runs once per distinct string (per batch, and across batches while
 the string stays in a bounded LRU cache). The cache assumes frozen weights: call `clear()`
 after changing them. Calls from several threads are serialized.
 """
@@ -13,7 +13,6 @@ import numpy
 import torch
 
 from .bilm import BiLM, BiLMOutput, BiLMState
-from .chars import token_to_char_ids
 from .precision import check_precision, precision_context, runtime_bilm
 
 
@@ -24,7 +23,7 @@ class Embedder:
         """precision: "fp32" (exact), "bf16" or "int8" (approximate, see `precision`)."""
         if cache_size < 0:
             raise ValueError(f"cache_size must not be negative, got {cache_size}")
-        self.device = bilm.bos_ids.device
+        self.device = bilm.device
         check_precision(precision, self.device)
         self.precision = precision
         self.source = bilm
@@ -64,7 +63,7 @@ class Embedder:
 
     def encode_types(self, strings: List[str]) -> torch.Tensor:
         """(len(strings), P) token encodings of distinct strings, from the cache where possible."""
-        reference = self.bilm.token_encoder.char_embedding.weight
+        reference = self.bilm.token_encoder.embedding_weight
         out = reference.new_empty(len(strings), self.bilm.config.projection_dim)
         hits = [i for i, s in enumerate(strings) if s in self._slots]
         missing = [i for i, s in enumerate(strings) if s not in self._slots]
@@ -74,15 +73,14 @@ class Embedder:
             for i in hits:
                 self._slots.move_to_end(strings[i])
         if missing:
-            width = self.bilm.config.max_characters_per_token
-            ids = numpy.stack([token_to_char_ids(strings[i], width) for i in missing])
+            ids = self.bilm.token_encoder.string_ids([strings[i] for i in missing])
             out[missing] = self.bilm.token_encoder(torch.from_numpy(ids).to(out.device)).to(out.dtype)
             self._remember([strings[i] for i in missing], out[missing])
         return out
 
     def _cached_table(self) -> torch.Tensor:
         if self._table is None:
-            reference = self.bilm.token_encoder.char_embedding.weight
+            reference = self.bilm.token_encoder.embedding_weight
             self._table = reference.new_zeros(self.cache_size, self.bilm.config.projection_dim)
         return self._table
 

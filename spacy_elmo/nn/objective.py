@@ -8,9 +8,7 @@ from torch import nn
 
 from .bilm import BiLM
 from .softmax import FullSoftmax
-
-BOS_ID, EOS_ID, UNK_ID = 0, 1, 2
-"""Vocabulary ids of <S>, </S>, <UNK>: the first three lines of a vocab.txt."""
+from .special_tokens import BOS_ID, EOS_ID
 
 
 class LMLoss(NamedTuple):
@@ -42,13 +40,14 @@ class BiLMObjective(nn.Module):
         self.head = head
 
     def forward(
-        self, char_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], token_ids: torch.Tensor
+        self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], token_ids: torch.Tensor
     ) -> LMLoss:
-        """char_ids: (batch, time, n_chars); lengths: (batch,); token_ids: (batch, time)
-        vocabulary ids of the tokens (any value past a row's length)."""
-        lengths = torch.as_tensor(lengths, dtype=torch.long, device=char_ids.device)
+        """input_ids: (batch, time, *id_shape) what the biLM reads (`BiLM.input_ids`);
+        lengths: (batch,); token_ids: (batch, time) softmax vocabulary ids of the tokens
+        (any value past a row's length)."""
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=input_ids.device)
         dropout = self.dropout if self.training else 0.0
-        forward_top, backward_top = self.bilm.top_states(char_ids, lengths, dropout)
+        forward_top, backward_top = self.bilm.top_states(input_ids, lengths, dropout)
         if dropout:
             forward_top = nn.functional.dropout(forward_top, dropout)
             backward_top = nn.functional.dropout(backward_top, dropout)

@@ -3,7 +3,7 @@
 Exact fp32 is the default. `bf16` runs matrix products and convolutions in bfloat16
 under autocast (on CPUs with AMX/AVX512-BF16 and on GPUs); the LSTM state and the clipping
 stay in float32. `int8` (CPU only) quantizes every LSTM, highway and projection weight
-per output channel and the activations dynamically per call; the char-CNN stays fp32.
+per output channel and the activations dynamically per call; the char-CNN (or word table) stays fp32.
 Because activation scales are set per call, int8 vectors depend slightly on the rest of
 the batch: only fp32 and bf16 keep the determinism contract.
 """
@@ -17,6 +17,7 @@ from torch import nn
 
 from .bilm import BiLM
 from .lstm import GateWeights, ProjectedLSTM
+from .token_encoder import TokenEncoder
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -61,9 +62,10 @@ def runtime_bilm(bilm: BiLM, precision: str) -> BiLM:
         for index, layer in enumerate(stack.layers):
             stack.layers[index] = Int8ProjectedLSTM(layer)
     encoder = quantized.token_encoder
-    encoder.highways = _quantize_linears(encoder.highways)
-    if encoder.projection is not None:
-        encoder.projection = _int8_linear(encoder.projection.weight, encoder.projection.bias)
+    if isinstance(encoder, TokenEncoder):  # a word table is a lookup: nothing to quantize
+        encoder.highways = _quantize_linears(encoder.highways)
+        if encoder.projection is not None:
+            encoder.projection = _int8_linear(encoder.projection.weight, encoder.projection.bias)
     return quantized
 
 

@@ -1,16 +1,17 @@
-"""Context-free token encoder: character embeddings -> char-CNN -> highways -> projection.
+"""Context-free token encoder of the character-level biLM: character embeddings -> char-CNN -> highways -> projection.
 
 The char-CNN does no work on the run of padding characters that ends each token, yet
 stays exact: the padding character has a learned embedding, so every window that lies
 wholly inside that run has the same value per filter (`padding_window_values`), which is
 taken into the max for the tokens that have such a window.
 """
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
+import numpy
 import torch
 from torch import nn
 
-from .chars import PADDING
+from .chars import PADDING, begin_of_sentence_ids, end_of_sentence_ids, token_to_char_ids
 from .config import BiLMConfig
 
 PADDING_ID = PADDING + 1
@@ -83,6 +84,22 @@ class TokenEncoder(nn.Module):
         self.projection: Optional[nn.Linear] = None
         if config.n_filters != config.projection_dim:
             self.projection = nn.Linear(config.n_filters, config.projection_dim)
+        self.n_chars = config.max_characters_per_token
+
+    @property
+    def embedding_weight(self) -> torch.Tensor:
+        """(262, char_dim): the character table; its dtype and device are the encoder's."""
+        return self.char_embedding.weight
+
+    def string_ids(self, strings: Sequence[str]) -> numpy.ndarray:
+        """(len(strings), n_chars) int64 char ids."""
+        if not strings:
+            return numpy.zeros((0, self.n_chars), dtype=numpy.int64)
+        return numpy.stack([token_to_char_ids(s, self.n_chars) for s in strings])
+
+    def boundary_ids(self) -> numpy.ndarray:
+        """(2, n_chars) the char ids of <S> and </S>."""
+        return numpy.stack([begin_of_sentence_ids(self.n_chars), end_of_sentence_ids(self.n_chars)])
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(..., n_chars) int64 -> (..., projection_dim)"""

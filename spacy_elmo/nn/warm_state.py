@@ -15,7 +15,6 @@ from typing import List, Sequence
 import torch
 
 from .bilm import BiLM, StatefulBiLM
-from .chars import batch_to_char_ids
 
 
 def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 16) -> BiLM:
@@ -29,7 +28,7 @@ def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 
     if not sentences:
         raise ValueError("warm-up needs at least one non-empty sentence")
     rows = max(1, min(rows, len(sentences)))
-    warm = BiLM(dataclasses.replace(bilm.config, warm_state=True)).to(bilm.bos_ids.device)
+    warm = BiLM(dataclasses.replace(bilm.config, warm_state=True), bilm.words).to(bilm.device)
     warm.load_state_dict(bilm.state_dict(), strict=False)
     runner = StatefulBiLM(bilm)
     per_row = math.ceil(len(sentences) / rows)
@@ -39,7 +38,7 @@ def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 
     with torch.no_grad():
         for step in range(len(dealt[0])):
             batch = [row[step] for row in dealt if step < len(row)]
-            ids = torch.from_numpy(batch_to_char_ids(batch)).to(warm.bos_ids.device)
+            ids = warm.input_ids(batch).to(warm.device)
             runner(ids, [len(s) for s in batch])
         assert runner.state is not None
         for d, direction in enumerate(runner.state):
@@ -53,6 +52,6 @@ def without_warm_state(bilm: BiLM) -> BiLM:
     """A copy of `bilm` that starts from zero state (for training, which never uses one)."""
     if not bilm.config.warm_state:
         return bilm
-    plain = BiLM(dataclasses.replace(bilm.config, warm_state=False))
+    plain = BiLM(dataclasses.replace(bilm.config, warm_state=False), bilm.words)
     plain.load_state_dict({k: v for k, v in bilm.state_dict().items() if not k.startswith("warm_")})
     return plain.train(bilm.training)

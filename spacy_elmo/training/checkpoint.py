@@ -2,7 +2,7 @@
 
 A checkpoint (`checkpoints/last.pt`, `checkpoints/best.pt`) holds everything an exact
 resume needs: objective and optimizer state, progress (step, data position, elapsed
-time, best dev perplexity) and every process's RNG state. It holds only tensors and
+time, best dev perplexity), every process's RNG state and a word-level biLM's vocabulary. It holds only tensors and
 plain values and is read with `torch.load(weights_only=True)`, which unpickles nothing
 else. A model directory (`model-last/`, `model-best/`) is what the `elmo` component and
 `evaluate` read: the biLM (`config.json`, `weights.npz`), `softmax.npz`, `vocab.txt` and
@@ -74,6 +74,7 @@ def save_checkpoint(
         "progress": progress.to_dict(),
         "rng": [[state.cpu() for state in states] for states in rng],
         "config": config,
+        "words": list(objective.bilm.words) if objective.bilm.words is not None else None,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")

@@ -20,7 +20,8 @@ import srsly
 from spacy.language import Language
 from spacy.tokens import DocBin
 
-SPECIAL_TOKENS = ("<S>", "</S>", "<UNK>")
+from ..nn.special_tokens import SPECIAL_TOKENS
+
 MAX_CHARS_PER_PIECE = 100_000
 """Documents longer than this are tokenized in pieces cut at whitespace."""
 

@@ -11,9 +11,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 import numpy
 import torch
 
-from ..nn.chars import batch_to_char_ids
-from ..nn.objective import BOS_ID, EOS_ID, UNK_ID  # noqa: F401  (checked in Vocabulary)
-from .corpus import SPECIAL_TOKENS
+from ..nn.bilm import BiLM
+from ..nn.special_tokens import SPECIAL_TOKENS, UNK_ID
 
 Sentence = List[str]
 
@@ -28,7 +27,6 @@ class Vocabulary:
             raise ValueError("the vocabulary lists a token twice")
         self.tokens = list(tokens)
         self.index: Dict[str, int] = {token: i for i, token in enumerate(tokens)}
-        assert (self.index["<S>"], self.index["</S>"], self.index["<UNK>"]) == (BOS_ID, EOS_ID, UNK_ID)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -179,15 +177,15 @@ def _generator(*numbers: int) -> torch.Generator:
 
 
 class TensorBatch(NamedTuple):
-    char_ids: torch.Tensor  # (batch, time, max_characters_per_token) int64
+    input_ids: torch.Tensor  # (batch, time, *id_shape) int64: what the biLM reads (`BiLM.input_ids`)
     lengths: torch.Tensor  # (batch,) int64
-    token_ids: torch.Tensor  # (batch, time) int64, UNK_ID past each length
+    token_ids: torch.Tensor  # (batch, time) int64 softmax targets, UNK_ID past each length
 
 
-def to_tensors(sentences: Sequence[Sentence], vocab: Vocabulary, max_characters: int) -> TensorBatch:
+def to_tensors(sentences: Sequence[Sentence], vocab: Vocabulary, bilm: BiLM) -> TensorBatch:
+    """The biLM's input ids and the softmax vocabulary's target ids of non-empty sentences."""
     lengths = [len(s) for s in sentences]
     token_ids = numpy.full((len(sentences), max(lengths)), UNK_ID, dtype=numpy.int64)
     for row, sentence in enumerate(sentences):
         token_ids[row, : len(sentence)] = vocab.ids(sentence)
-    char_ids = torch.from_numpy(batch_to_char_ids(sentences, max_characters).astype(numpy.int64))
-    return TensorBatch(char_ids, torch.tensor(lengths, dtype=torch.long), torch.from_numpy(token_ids))
+    return TensorBatch(bilm.input_ids(sentences), torch.tensor(lengths, dtype=torch.long), torch.from_numpy(token_ids))

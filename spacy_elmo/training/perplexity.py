@@ -55,7 +55,7 @@ def nll_sums(
     try:
         with torch.no_grad():
             for batch in budget_batches(ordered, tokens_per_batch):
-                tensors = to_tensors(batch, vocab, objective.bilm.config.max_characters_per_token)
+                tensors = to_tensors(batch, vocab, objective.bilm)
                 result = objective(*(t.to(device) for t in tensors))
                 forward += float(result.forward_nll)
                 backward += float(result.backward_nll)

@@ -67,11 +67,13 @@ def load_init_bilm(paths: PathsSettings) -> BiLM:
     return without_warm_state(bilm).train()  # a warm state is for inference only
 
 
-def build_objective(config: PretrainConfig, vocab_size: int, bilm: Optional[BiLM] = None) -> BiLMObjective:
-    """The biLM (`bilm`, or a fresh one of shape `config.model`) with a new softmax head."""
-    bilm = bilm if bilm is not None else BiLM(config.model)
-    dim = bilm.config.projection_dim
-    head = FullSoftmax(dim, vocab_size) if config.head.type == "full" else SampledSoftmax(dim, vocab_size, config.head.n_samples)
+def build_objective(config: PretrainConfig, vocab: Vocabulary, bilm: Optional[BiLM] = None) -> BiLMObjective:
+    """The biLM (`bilm`, or a fresh one of shape `config.model`, a word-level one over
+    `vocab`) with a new softmax head over `vocab`."""
+    if bilm is None:
+        bilm = BiLM(config.model, vocab.tokens if config.model.token_encoder == "words" else None)
+    dim, size = bilm.config.projection_dim, len(vocab)
+    head = FullSoftmax(dim, size) if config.head.type == "full" else SampledSoftmax(dim, size, config.head.n_samples)
     return BiLMObjective(bilm, head, config.training.dropout)
 
 
@@ -151,14 +153,16 @@ class Trainer:
         bilm = None
         if checkpoint is not None:
             config = self._resumable_config(config, checkpoint)
+            if checkpoint.get("words") is not None:  # the word table of the model it started from
+                bilm = BiLM(config.model, checkpoint["words"])
         elif config.paths.init_from is not None:
             bilm = load_init_bilm(config.paths)
             if bilm.config != config.model:
                 logger.warning("[model] replaced by the shape of %s", config.paths.init_from)
             config = dataclasses.replace(config, model=bilm.config)
         self.config = config
-        self.objective = build_objective(config, len(self.vocab), bilm).to(self.device)
-        if bilm is not None:
+        self.objective = build_objective(config, self.vocab, bilm).to(self.device)
+        if checkpoint is None and config.paths.init_from is not None:
             copied = carry_over_softmax(self.objective.head, config.paths.init_from, self.vocab)
             if copied:
                 logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
@@ -209,7 +213,7 @@ class Trainer:
     def _resumable_config(config: PretrainConfig, checkpoint: Dict[str, Any]) -> PretrainConfig:
         """`config` if it differs from the checkpoint's at most in the budget. With
         `init_from`, the model shape is the checkpoint's (the init weights are not reloaded)."""
-        saved = checkpoint["config"]
+        saved = config_from_dict(checkpoint["config"], "the checkpoint's config").to_dict()  # keys added since: defaults
         current = config.to_dict()
         if config.paths.init_from is not None:
             current["model"] = saved["model"]
@@ -308,7 +312,7 @@ class Trainer:
         share = sentences[self.process.rank :: self.process.world_size]
         loss_sum = 0.0
         if share:
-            batch = to_tensors(share, self.vocab, self.objective.bilm.config.max_characters_per_token)
+            batch = to_tensors(share, self.vocab, self.objective.bilm)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
                 result = self.objective(*(t.to(self.device) for t in batch))
                 nll = result.forward_nll + result.backward_nll

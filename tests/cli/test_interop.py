@@ -10,10 +10,9 @@ import spacy
 import torch
 from typer.testing import CliRunner
 
-from elmo_testing import plain, random_bilm
+from elmo_testing import plain, random_bilm, random_word_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.io import load_public_model, save_model
-from spacy_elmo.nn import batch_to_char_ids
 
 runner = CliRunner()
 
@@ -74,13 +73,14 @@ def sentences_file(tmp_path):
 
 def reference_layers(bilm, tokens):
     with torch.no_grad():
-        return bilm(torch.from_numpy(batch_to_char_ids([tokens])), [len(tokens)]).layers[:, 0].numpy()
+        return bilm(bilm.input_ids([tokens]), [len(tokens)]).layers[:, 0].numpy()
 
 
+@pytest.mark.parametrize("make_bilm", [random_bilm, random_word_bilm], ids=["characters", "words"])
 @pytest.mark.parametrize("flag", ["--all", "--top", "--average"])
-def test_dump_writes_the_allennlp_layout(tmp_path, sentences_file, flag):
+def test_dump_writes_the_allennlp_layout(tmp_path, sentences_file, flag, make_bilm):
     path, lines = sentences_file
-    bilm = random_bilm()
+    bilm = make_bilm()
     save_model(bilm, tmp_path / "model")
     invoke("dump", tmp_path / "model", path, tmp_path / "out.hdf5", flag, "--batch-tokens", "16")
     with h5py.File(tmp_path / "out.hdf5", "r") as out:

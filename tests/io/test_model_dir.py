@@ -9,7 +9,7 @@ import torch
 
 from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
 
-from elmo_testing import random_bilm
+from elmo_testing import WORDS, random_bilm, random_word_bilm
 
 
 def assert_same_weights(a, b):
@@ -81,4 +81,30 @@ def test_unknown_format_version_is_rejected(tmp_path):
     header["version"] = 99
     (tmp_path / "model" / "config.json").write_text(json.dumps(header))
     with pytest.raises(ModelFileError, match="config.json: format version 99"):
+        load_model(tmp_path / "model")
+
+
+def test_a_word_model_round_trips_with_its_vocabulary(tmp_path):
+    bilm = random_word_bilm(words=WORDS + ("naïve", "日本"))
+    save_model(bilm, tmp_path / "model")
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["config.json", "weights.npz", "words.json"]
+    for loaded in (load_model(tmp_path / "model"), model_from_bytes(model_to_bytes(bilm))):
+        assert_same_weights(bilm, loaded)
+        assert loaded.words == bilm.words and loaded.config.token_encoder == "words"
+
+
+def test_a_word_model_without_a_fitting_vocabulary_is_a_clear_error(tmp_path):
+    save_model(random_word_bilm(), tmp_path / "model")
+    words = tmp_path / "model" / "words.json"
+    words.write_text(json.dumps(list(WORDS) + ["extra"]))
+    with pytest.raises(ModelFileError, match="weights.npz: .*shape"):
+        load_model(tmp_path / "model")
+    words.write_text(json.dumps(["the", "<S>", "</S>", "<UNK>"]))
+    with pytest.raises(ModelFileError, match="config.json: invalid word vocabulary .*must start with"):
+        load_model(tmp_path / "model")
+    words.write_text("[\"<S>\", ")
+    with pytest.raises(ModelFileError, match="words.json: not valid JSON"):
+        load_model(tmp_path / "model")
+    words.unlink()
+    with pytest.raises(ModelFileError, match="words.json: a word-level biLM needs its vocabulary file"):
         load_model(tmp_path / "model")

@@ -7,10 +7,10 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo.io import ModelFileError, load_public_model, read_options, save_public_model
+from spacy_elmo.io import ModelFileError, load_public_model, read_options, save_public_model, save_public_weights
 from spacy_elmo.nn import BiLMConfig, batch_to_char_ids
 
-from elmo_testing import TINY_CONFIG, random_bilm
+from elmo_testing import TINY_CONFIG, random_bilm, random_word_bilm
 
 SENTENCES = [["The", "bank", "of", "the", "river", "."], ["Cash", "in", "the", "bank", "!"]]
 
@@ -43,6 +43,15 @@ def test_export_then_import_keeps_weights_and_outputs(tmp_path, config):
     for (name, a), (_, b) in zip(bilm.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), name
     numpy.testing.assert_array_equal(embed(bilm), embed(loaded))
+
+
+def test_a_word_model_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="public ELMo format holds char-CNN biLMs only; this one has token_encoder 'words'"):
+        save_public_model(random_word_bilm(), tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="char-CNN biLMs only"):
+        save_public_weights(random_word_bilm(), tmp_path / "weights.hdf5")
+    assert not (tmp_path / "weights.hdf5").exists()
 
 
 def test_tensorflow_conventions_are_converted(allennlp_fixture):

@@ -6,7 +6,8 @@ import torch
 
 from elmo_testing import random_bilm
 from spacy_elmo.nn import batch_to_char_ids
-from spacy_elmo.nn.objective import BOS_ID, EOS_ID, BiLMObjective
+from spacy_elmo.nn.objective import BiLMObjective
+from spacy_elmo.nn.special_tokens import BOS_ID, EOS_ID
 from spacy_elmo.nn.softmax import FullSoftmax
 
 SENTENCES = [["the", "bank", "of", "the", "river"], ["cash", "!"]]

@@ -2,6 +2,7 @@
 import random
 
 import numpy
+import pytest
 import spacy
 
 WORDS = "the bank river cash money water loan we sat by of and a it was to in on at flowed grassy".split()
@@ -12,7 +13,9 @@ def random_texts(n: int, seed: int):
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 60))) + " ." for _ in range(n)]
 
 
-def test_vectors_do_not_depend_on_batch_or_history(tiny_model_dir):
+@pytest.mark.parametrize("encoder", ["characters", "words"])
+def test_vectors_do_not_depend_on_batch_or_history(encoder, request):
+    tiny_model_dir = request.getfixturevalue("tiny_model_dir" if encoder == "characters" else "tiny_word_model_dir")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir), "batch_tokens": 512})
     target = "We sat by the bank of the river and watched the water ."

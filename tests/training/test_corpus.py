@@ -6,7 +6,8 @@ import srsly
 from spacy.tokens import DocBin
 import spacy
 
-from spacy_elmo.training.corpus import SPECIAL_TOKENS, build_vocab, prepare_corpus
+from spacy_elmo.nn.special_tokens import SPECIAL_TOKENS
+from spacy_elmo.training.corpus import build_vocab, prepare_corpus
 
 TEXT = (
     "The bank of the river was steep. We sat on it.\n"

@@ -4,7 +4,9 @@ import itertools
 import pytest
 import torch
 
-from spacy_elmo.nn.objective import UNK_ID
+from elmo_testing import random_bilm, random_word_bilm
+from spacy_elmo.nn.chars import token_to_char_ids
+from spacy_elmo.nn.special_tokens import UNK_ID
 from spacy_elmo.training.data import (
     BatchStream,
     DataPosition,
@@ -86,11 +88,21 @@ def test_each_epoch_sees_every_training_sentence_once_in_a_new_order(toy_corpus)
 
 def test_to_tensors_pads_token_ids_and_counts_predictions():
     vocab = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b"])
-    batch = to_tensors([["a", "b", "zz"], ["b"]], vocab, 50)
-    assert batch.char_ids.shape == (2, 3, 50)
+    batch = to_tensors([["a", "b", "zz"], ["b"]], vocab, random_bilm())
+    assert batch.input_ids.shape == (2, 3, 50)
     assert batch.lengths.tolist() == [3, 1]
     assert batch.token_ids.tolist() == [[3, 4, UNK_ID], [4, UNK_ID, UNK_ID]]
-    assert int(batch.char_ids[1, 1:].abs().sum()) == 0
+    assert int(batch.input_ids[1, 1:].abs().sum()) == 0
+    assert batch.input_ids[0, 2].tolist() == token_to_char_ids("zz").tolist()
+
+
+def test_to_tensors_gives_a_word_model_its_own_word_ids():
+    """A word model reads its table's ids, which may differ from the softmax's vocabulary."""
+    vocab = Vocabulary(["<S>", "</S>", "<UNK>", "a", "b"])
+    bilm = random_word_bilm(["<S>", "</S>", "<UNK>", "b", "zz"])
+    batch = to_tensors([["a", "b", "zz"], ["b"]], vocab, bilm)
+    assert batch.input_ids.tolist() == [[UNK_ID, 3, 4], [3, 0, 0]]
+    assert batch.token_ids.tolist() == [[3, 4, UNK_ID], [4, UNK_ID, UNK_ID]]
 
 
 def test_empty_shards_are_stepped_over_across_epochs(tmp_path):

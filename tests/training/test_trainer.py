@@ -11,7 +11,7 @@ import torch
 
 from elmo_testing import DEMO_PRETRAIN_CONFIG, golden_dir, metric_records, saved_weights, tiny_pretrain_overrides
 from spacy_elmo.io import ModelFileError, load_model
-from spacy_elmo.nn.objective import BOS_ID, EOS_ID
+from spacy_elmo.nn.special_tokens import BOS_ID, EOS_ID
 from spacy_elmo.nn.precision import bf16_is_fast
 from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
 from spacy_elmo.training.config import load_config
@@ -48,8 +48,8 @@ def exact_perplexity(model_dir, sentences):
     nll, predictions = 0.0, 0
     with torch.no_grad():
         for sentence in sentences:
-            batch = to_tensors([sentence], vocab, 50)
-            forward_top, backward_top = objective.bilm.top_states(batch.char_ids, batch.lengths)
+            batch = to_tensors([sentence], vocab, objective.bilm)
+            forward_top, backward_top = objective.bilm.top_states(batch.input_ids, batch.lengths)
             framed = [BOS_ID] + vocab.ids(sentence) + [EOS_ID]
             forward = objective.head.log_probs(forward_top[0])
             backward = objective.head.log_probs(backward_top[0])
@@ -254,3 +254,15 @@ def test_mixed_precision_without_native_bf16_trains_in_fp32_with_a_warning(toy_c
     assert "no native bfloat16" in caplog.text
     mixed, fp32 = (saved_weights(tmp_path / name / "model-last") for name in ("mixed", "fp32"))
     assert mixed.keys() == fp32.keys() and all(numpy.array_equal(mixed[k], fp32[k]) for k in fp32)
+
+
+def test_a_checkpoint_from_before_a_model_key_existed_resumes_with_its_default(toy_corpus, tmp_path):
+    """Checkpoints written before [model] token_encoder existed hold no such key; it means
+    the char-CNN, so they resume under a config that names it."""
+    pretrain(config_for(toy_corpus, max_steps=2), tmp_path / "out", progress_bar=False)
+    path = tmp_path / "out" / "checkpoints" / "last.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["config"]["model"]["token_encoder"]
+    torch.save(checkpoint, path)
+    done = pretrain(with_overrides(toy_corpus, {"model.token_encoder": "characters"}, max_steps=4), tmp_path / "out", resume=True, progress_bar=False)
+    assert done.step == 4
