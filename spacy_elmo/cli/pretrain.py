@@ -34,7 +34,7 @@ def pretrain(
     Data parallel on several processes or GPUs: torchrun --nproc_per_node N -m spacy_elmo pretrain ...
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    overrides = parse_config_overrides(ctx.args)
+    overrides = parse_config_overrides(list(ctx.args))  # it consumes the list it reads
     if init_from is not None:
         overrides["paths.init_from"] = str(init_from)
         ctx.args.extend(["--paths.init_from", str(init_from)])

@@ -86,14 +86,15 @@ def test_ctrl_c_stops_at_a_step_boundary_with_a_checkpoint_and_resumes_exactly(t
     straight = run_cli("pretrain", config, tmp_path / "straight", "--no-progress")
     assert straight.returncode == 0, straight.stderr
     stopped_dir = tmp_path / "stopped"
-    process = subprocess.Popen([sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(stopped_dir), "--no-progress"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(stopped_dir), "--no-progress", "--training.eval_every", "50"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while last_logged_step(stopped_dir) < 8 and time.time() < deadline and process.poll() is None:
         time.sleep(0.005)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-2000:]
-    assert "--resume" in stderr
+    assert "--training.eval_every 50 --resume" in stderr  # the hint repeats the overrides
     stopped_at = torch.load(stopped_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"]
     assert 8 <= stopped_at < 50  # a checkpoint at the interruption, not a periodic one
     resumed = run_cli("pretrain", config, stopped_dir, "--no-progress", "--resume")
