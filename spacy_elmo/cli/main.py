@@ -28,6 +28,8 @@ def info(
         bilm = load_bilm(str(weights), str(options) if options else None)
     for key, value in bilm.config.to_dict().items():
         typer.echo(f"{key:26} {value}")
+    if bilm.words is not None:
+        typer.echo(f"{'words':26} {len(bilm.words):,}")
     typer.echo(f"{'parameters':26} {sum(p.numel() for p in bilm.parameters()):,}")
 
 

@@ -45,6 +45,14 @@ def test_a_word_model_trains_and_keeps_its_vocabulary(word_training, toy_corpus)
     assert load_checkpoint(out / "checkpoints" / "last.pt")["words"] == list(bilm.words)
 
 
+def test_info_names_the_encoder_and_the_vocabulary_size(word_training, toy_corpus):
+    _, out = word_training
+    result = runner.invoke(app, ["info", str(out / "model-best")])
+    assert result.exit_code == 0, result.output
+    n_words = len(Vocabulary.from_file(toy_corpus / "vocab.txt"))
+    assert "token_encoder              words" in result.output and f"words                      {n_words:,}" in result.output
+
+
 def test_evaluate_scores_a_word_model_exactly(word_training, toy_corpus, tmp_path):
     _, out = word_training
     result = runner.invoke(app, ["evaluate", str(out / "model-best"), str(toy_corpus / "test.txt"), "--output", str(tmp_path / "test.json")])

@@ -35,6 +35,7 @@ def test_overrides_apply_with_types_checked():
         ({"model.lstm_dim": 512.5}, "\\[model\\] lstm_dim = 512.5 is not of type int"),
         ({"model.cell_clip": True}, "\\[model\\] cell_clip = True is not of type Optional"),
         ({"model.filters": [[1, "a"]]}, "\\[model\\] filters = .* must be a list of \\[width, count\\] integer pairs"),
+        ({"model.token_encoder": "bytes"}, "token_encoder must be one of \\('characters', 'words'\\)"),
     ],
 )
 def test_mistakes_are_reported_at_load_time(overrides, message):
@@ -49,3 +50,20 @@ def test_unknown_section_and_missing_file(tmp_path):
         load_config(path)
     with pytest.raises(ValueError, match="not found"):
         load_config(tmp_path / "missing.cfg")
+
+
+CPU_CONFIGS = sorted(p.name for p in (REPO / "configs").glob("pretrain-*.cfg") if p.name != "pretrain-gpu.cfg")
+
+
+@pytest.mark.parametrize("name", CPU_CONFIGS)
+def test_every_shipped_cpu_config_trains_a_step_at_its_own_shape(name, toy_corpus, tmp_path):
+    """pretrain-gpu.cfg (120M parameters) only loads, above; every other config trains."""
+    from spacy_elmo.io import load_model
+    from spacy_elmo.training.trainer import pretrain
+
+    overrides = {"paths.corpus": str(toy_corpus), "training.max_seconds": 0, "training.max_steps": 1, "training.max_epochs": 0,
+                 "training.eval_every": 1, "training.num_threads": 1}
+    config = load_config(REPO / "configs" / name, overrides)
+    done = pretrain(config, tmp_path / "out", progress_bar=False)
+    assert done.step == 1 and done.best_dev_perplexity is not None
+    assert load_model(tmp_path / "out" / "model-best").config == config.model
