@@ -168,3 +168,20 @@ def test_gradients_reach_char_embeddings_and_convs():
     assert encoder.char_embedding.weight.grad[ord("a") + 1].abs().sum() > 0
     for conv in encoder.cnn.convs:
         assert conv.weight.grad.abs().sum() > 0
+
+
+def test_repeated_tokens_have_the_values_and_summed_gradients_of_tokens_encoded_alone():
+    """Each distinct token is encoded once: values, and parameter gradients summed over its
+    repeats, must equal encoding every token on its own."""
+    config, encoder = make_encoder(seed=4)
+    words = ["bank", "the", "bank", "a", "the", "bank", "river"]
+    weights = torch.randn(len(words), config.projection_dim)
+    batched = encoder(char_ids(words))
+    (batched * weights).sum().backward()
+    together = {name: p.grad.clone() for name, p in encoder.named_parameters()}
+    encoder.zero_grad()
+    alone = torch.cat([encoder(char_ids([w])) for w in words])
+    (alone * weights).sum().backward()
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-6)
+    for name, p in encoder.named_parameters():
+        torch.testing.assert_close(together[name], p.grad, atol=1e-5, rtol=1e-5, msg=name)
