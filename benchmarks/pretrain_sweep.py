@@ -3,17 +3,19 @@ step budget on the same corpus, a few at once, then one table of what each reach
 Run by hand after `spacy project run corpus`:
 
     python benchmarks/pretrain_sweep.py OUT_DIR --trial NAME [KEY=VALUE ...] [--trial ...]
-        [--config configs/pretrain-demo.cfg] [--corpus corpus] [--steps 600]
+        [--config configs/pretrain-demo.cfg] [--corpus corpus] [--steps 600 | --seconds 900]
         [--jobs 2] [--threads 1] [--seed 0]
 
     python benchmarks/pretrain_sweep.py sweep --steps 600 \
         --trial base --trial lr4 optimizer.learning_rate=0.004
 
-Every trial runs `python -m spacy_elmo pretrain` with `training.max_steps=STEPS`,
-`training.max_seconds=0`, its own seed and thread count, into OUT_DIR/NAME (a trial that
-finished already is read back, an interrupted one resumes). A step budget makes trials
-comparable however busy the machine is; a trial's cost at a wall-clock budget is its
-`tokens/s` (measured while the other trials ran too, so only comparable within one sweep).
+Every trial runs `python -m spacy_elmo pretrain` with `training.max_steps=STEPS` (and no
+time limit), or with `training.max_seconds=SECONDS` (and no step limit), its own seed and
+thread count, into OUT_DIR/NAME (a trial that finished already is read back, an
+interrupted one resumes). A step budget makes trials comparable however busy the machine
+is; a wall-clock budget compares what each trial reaches in the same time, fair only
+among trials that run side by side on a machine nothing else uses. `tokens/s` is
+measured while the other trials ran too, so it is comparable only within one sweep.
 The table (also OUT_DIR/sweep.md and sweep.json) gives the steps, training tokens, wall
 time, tokens/s and the dev perplexity of each evaluation. Dev perplexities are comparable
 only between trials with the same vocabulary (the same corpus).
@@ -57,8 +59,8 @@ def command(name: str, overrides: List[str], args: argparse.Namespace) -> List[s
     cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(args.config), str(args.out_dir / name), "--auto-resume", "--no-progress"]
     settings = {
         "paths.corpus": str(args.corpus),
-        "training.max_steps": str(args.steps),
-        "training.max_seconds": "0",
+        "training.max_steps": "0" if args.seconds else str(args.steps),
+        "training.max_seconds": str(args.seconds),
         "training.seed": str(args.seed),
         "training.num_threads": str(args.threads),
     }
@@ -68,8 +70,13 @@ def command(name: str, overrides: List[str], args: argparse.Namespace) -> List[s
     return cmd
 
 
-def finished(trial_dir: Path, steps: int) -> bool:
-    return bool(read_metrics(trial_dir)) and read_metrics(trial_dir)[-1].get("step", -1) >= steps and (trial_dir / "model-last").is_dir()
+def finished(trial_dir: Path, args: argparse.Namespace) -> bool:
+    train = [r for r in read_metrics(trial_dir) if "tokens" in r]
+    if not train or not (trial_dir / "model-last").is_dir():
+        return False
+    if args.seconds:
+        return train[-1]["elapsed_seconds"] >= args.seconds - 60  # the last log line comes a little before the end
+    return train[-1]["step"] >= args.steps
 
 
 def read_metrics(trial_dir: Path) -> List[dict]:
@@ -118,12 +125,13 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=REPO / "configs" / "pretrain-demo.cfg")
     parser.add_argument("--corpus", type=Path, default=Path("corpus"))
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--seconds", type=int, default=0, help="A wall-clock budget per trial instead of --steps")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(rest)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    pending = [name for name in trials if not finished(args.out_dir / name, args.steps)]
+    pending = [name for name in trials if not finished(args.out_dir / name, args)]
     running: Dict[str, subprocess.Popen] = {}
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     while pending or running:
@@ -139,7 +147,8 @@ def main() -> None:
                 del running[name]
         time.sleep(2)
     rows = [summarize(name, overrides, args.out_dir / name) for name, overrides in trials.items()]
-    text = f"Base config {args.config.name}, corpus {args.corpus}, {args.steps} steps, seed {args.seed}, {args.jobs} trials at once with {args.threads} thread(s) each.\n\n{table(rows)}\n"
+    budget = f"{args.seconds} s" if args.seconds else f"{args.steps} steps"
+    text = f"Base config {args.config.name}, corpus {args.corpus}, {budget}, seed {args.seed}, {args.jobs} trials at once with {args.threads} thread(s) each.\n\n{table(rows)}\n"
     (args.out_dir / "sweep.md").write_text(text, encoding="utf-8")
     (args.out_dir / "sweep.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
     print(text)
