@@ -50,8 +50,6 @@ def parse_trials(argv: Sequence[str]) -> Tuple[List[str], Dict[str, List[str]]]:
         else:
             current = None
             rest.append(arg)
-    if not trials:
-        raise SystemExit("name at least one --trial")
     return rest, trials
 
 
@@ -130,6 +128,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(rest)
+    if not trials:
+        parser.error("name at least one --trial")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     pending = [name for name in trials if not finished(args.out_dir / name, args)]
     running: Dict[str, subprocess.Popen] = {}
