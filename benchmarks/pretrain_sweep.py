@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import IO, Dict, List, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,8 +41,8 @@ def parse_trials(argv: Sequence[str]) -> Tuple[List[str], Dict[str, List[str]]]:
         if arg == "--trial":
             current = ""
         elif current == "":
-            if arg in trials:
-                raise SystemExit(f"trial {arg!r} is named twice")
+            if arg in trials or arg.startswith("-"):
+                raise SystemExit(f"--trial needs a new name, got {arg!r}")
             current = arg
             trials[current] = []
         elif current and "=" in arg and not arg.startswith("--"):
@@ -132,7 +132,7 @@ def main() -> None:
         parser.error("name at least one --trial")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     pending = [name for name in trials if not finished(args.out_dir / name, args)]
-    running: Dict[str, subprocess.Popen] = {}
+    running: Dict[str, Tuple[subprocess.Popen, IO[str]]] = {}
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     while pending or running:
         while pending and len(running) < args.jobs:
@@ -140,9 +140,10 @@ def main() -> None:
             (args.out_dir / name).mkdir(parents=True, exist_ok=True)
             log = (args.out_dir / name / "sweep.log").open("a", encoding="utf-8")
             print(f"start {name}: {' '.join(trials[name]) or '(base)'}", flush=True)
-            running[name] = subprocess.Popen(command(name, trials[name], args), stdout=log, stderr=subprocess.STDOUT, env=env)
-        for name, process in list(running.items()):
+            running[name] = (subprocess.Popen(command(name, trials[name], args), stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        for name, (process, log) in list(running.items()):
             if process.poll() is not None:
+                log.close()
                 print(f"done {name} (exit {process.returncode})", flush=True)
                 del running[name]
         time.sleep(2)

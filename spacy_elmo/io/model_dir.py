@@ -58,7 +58,9 @@ def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
     (path / CONFIG_FILE).write_text(json.dumps(_header(bilm), indent=2), encoding="utf-8")
     (path / WEIGHTS_FILE).write_bytes(_weights_to_npz(bilm))
     if bilm.words is not None:
-        (path / WORDS_FILE).write_text(json.dumps(list(bilm.words), ensure_ascii=False), encoding="utf-8")
+        (path / WORDS_FILE).write_text(json.dumps(list(bilm.words)), encoding="utf-8")
+    elif (path / WORDS_FILE).exists():  # left by a word model saved here before
+        (path / WORDS_FILE).unlink()
 
 
 def load_model(path: Union[str, Path]) -> BiLM:
@@ -74,7 +76,7 @@ def load_model(path: Union[str, Path]) -> BiLM:
     words = None
     if _config_from_header(header, config_path).token_encoder == "words":
         words = _read_words(path / WORDS_FILE)
-    return _build(header, weights_path.read_bytes(), words, config_path, weights_path)
+    return _build(header, weights_path.read_bytes(), words, config_path, weights_path, path / WORDS_FILE)
 
 
 def model_to_bytes(bilm: BiLM) -> bytes:
@@ -90,7 +92,9 @@ def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
         header, weights, words = message["header"], message["weights"], message.get("words")
     except Exception as err:  # msgpack raises several unrelated types
         raise ModelFileError(source, f"not a serialized spacy-elmo model ({err})") from err
-    return _build(header, weights, words, source, source)
+    if words is not None and not isinstance(words, list):
+        raise ModelFileError(source, "the word vocabulary is not a list of words")
+    return _build(header, weights, words, source, source, source)
 
 
 def _read_words(path: Path) -> List[str]:
@@ -136,16 +140,21 @@ def _weights_to_npz(bilm: BiLM) -> bytes:
     return buffer.getvalue()
 
 
-def _build(header: Any, weights: bytes, words: Optional[List[str]], config_source: Any, weights_source: Any) -> BiLM:
+def _build(
+    header: Any, weights: bytes, words: Optional[List[str]], config_source: Any, weights_source: Any, words_source: Any
+) -> BiLM:
     config = _config_from_header(header, config_source)
     if (config.token_encoder == "words") != (words is not None):
         raise ModelFileError(config_source, f"token_encoder {config.token_encoder!r} and the presence of a word vocabulary disagree")
     try:
         bilm = BiLM(config, words)
     except ValueError as err:
-        raise ModelFileError(config_source, f"invalid word vocabulary ({err})") from err
+        raise ModelFileError(words_source, f"invalid word vocabulary ({err})") from err
     expected = bilm.state_dict()
     arrays = read_arrays(weights, weights_source)
+    table = arrays.get("token_encoder.embedding.weight")
+    if words is not None and table is not None and table.shape[:1] != (len(words),):
+        raise ModelFileError(words_source, f"lists {len(words)} words, the weights have {table.shape[0]} rows")
     missing = sorted(set(expected) - set(arrays))
     unexpected = sorted(set(arrays) - set(expected))
     if missing or unexpected:

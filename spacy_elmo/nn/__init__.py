@@ -5,6 +5,7 @@ from .config import BiLMConfig
 from .lstm import ProjectedLSTM
 from .scalar_mix import ScalarMix
 from .token_encoder import TokenEncoder
+from .word_encoder import WordEncoder
 
 __all__ = [
     "BiLM",
@@ -15,6 +16,7 @@ __all__ = [
     "ScalarMix",
     "StatefulBiLM",
     "TokenEncoder",
+    "WordEncoder",
     "batch_to_char_ids",
     "token_to_char_ids",
 ]

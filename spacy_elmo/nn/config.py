@@ -12,7 +12,7 @@ class BiLMConfig:
 
     `token_encoder` is "characters" (the char-CNN: every string has its own vector) or
     "words" (a learned vector per word of a fixed vocabulary, `<UNK>` for the rest; the
-    char-CNN keys are then unused). `filters` holds `(width, n_filters)` pairs.
+    char-CNN keys are then unused, though still checked). `filters` holds `(width, n_filters)` pairs.
     `projection_dim` (P) is the width of the token encoding and of each LSTM output;
     `lstm_dim` is the LSTM cell size.
     """

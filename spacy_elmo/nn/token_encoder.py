@@ -116,7 +116,7 @@ class TokenEncoder(nn.Module):
         if self.projection is not None:
             x = self.projection(x)
         if inverse is not None:
-            x = x[inverse]
+            x = x.index_select(0, inverse)  # its backward (index_add_) sums repeats in a fixed order
         return x.reshape(*leading, x.shape[-1])
 
     def _char_cnn(self, char_ids: torch.Tensor) -> torch.Tensor:

@@ -97,10 +97,10 @@ def test_a_word_model_without_a_fitting_vocabulary_is_a_clear_error(tmp_path):
     save_model(random_word_bilm(), tmp_path / "model")
     words = tmp_path / "model" / "words.json"
     words.write_text(json.dumps(list(WORDS) + ["extra"]))
-    with pytest.raises(ModelFileError, match="weights.npz: .*shape"):
+    with pytest.raises(ModelFileError, match="words.json: lists 12 words, the weights have 11 rows"):
         load_model(tmp_path / "model")
     words.write_text(json.dumps(["the", "<S>", "</S>", "<UNK>"]))
-    with pytest.raises(ModelFileError, match="config.json: invalid word vocabulary .*must start with"):
+    with pytest.raises(ModelFileError, match="words.json: invalid word vocabulary .*must start with"):
         load_model(tmp_path / "model")
     words.write_text("[\"<S>\", ")
     with pytest.raises(ModelFileError, match="words.json: not valid JSON"):
@@ -108,3 +108,19 @@ def test_a_word_model_without_a_fitting_vocabulary_is_a_clear_error(tmp_path):
     words.unlink()
     with pytest.raises(ModelFileError, match="words.json: a word-level biLM needs its vocabulary file"):
         load_model(tmp_path / "model")
+
+
+def test_a_char_model_saved_over_a_word_model_leaves_no_vocabulary_behind(tmp_path):
+    save_model(random_word_bilm(), tmp_path / "model")
+    save_model(random_bilm(), tmp_path / "model")
+    assert not (tmp_path / "model" / "words.json").exists()
+    assert load_model(tmp_path / "model").words is None
+
+
+def test_bytes_whose_vocabulary_is_not_a_list_are_a_clear_error():
+    import srsly
+
+    message = srsly.msgpack_loads(model_to_bytes(random_word_bilm()))
+    message["words"] = 5
+    with pytest.raises(ModelFileError, match="not a list of words"):
+        model_from_bytes(srsly.msgpack_dumps(message))
