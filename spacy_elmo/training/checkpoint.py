@@ -7,16 +7,22 @@ plain values and is read with `torch.load(weights_only=True)`, which unpickles n
 else. A model directory (`model-last/`, `model-best/`) is what the `elmo` component and
 `evaluate` read: the biLM (`config.json`, `weights.npz`), `softmax.npz`, `vocab.txt` and
 `training.json`.
+
+Both are written to a staging path beside their place and renamed into it, so a write
+that fails part-way (a full disk, a permission error) leaves the previous version intact
+and is reported as a `WriteError` naming the path and the cause; the staging files of a
+failed write are removed, those of a killed process by `remove_staging_leftovers`.
 """
 import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -27,6 +33,22 @@ from .config import BatchingSettings
 from .data import DataPosition, Vocabulary
 
 CHECKPOINT_FORMAT = "spacy-elmo-checkpoint/1"
+TORCH_FILE_START = b"PK\x03\x04"
+"""torch.save writes a zip archive."""
+MODEL_DIRS = ("model-best", "model-last")
+
+
+class WriteError(OSError):
+    """Writing `path` failed part-way; what was there before is left as it was."""
+
+    def __init__(self, path: Union[str, Path], cause: OSError, hint: str = "") -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path = Path(path)
+        self.cause = cause
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.path}: could not be written ({self.strerror})" + (f"; {self.hint}" if self.hint else "")
 
 
 @dataclass
@@ -44,6 +66,12 @@ class Progress:
     """The step of the last dev evaluation."""
     window: List[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     """Since the last metrics line: summed NLL, predictions, tokens, step seconds."""
+    skipped_steps: int = 0
+    """Steps skipped for a non-finite loss or gradient, in all (not counted in `step`)."""
+    bad_streak: int = 0
+    """Of those, how many in a row up to now."""
+    window_skipped: int = 0
+    """Of those, how many since the last metrics line."""
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -64,8 +92,8 @@ def save_checkpoint(
     config: Dict[str, Any],
     corpus: Dict[str, Any],
 ) -> None:
-    """Write atomically: a crash leaves the previous checkpoint intact. `corpus`
-    identifies the training data (see `corpus_fingerprint`)."""
+    """Write atomically: a crash or a failed write leaves the previous checkpoint intact.
+    `corpus` identifies the training data (see `corpus_fingerprint`)."""
     content = {
         "format": CHECKPOINT_FORMAT,
         "corpus": corpus,
@@ -76,12 +104,20 @@ def save_checkpoint(
         "config": config,
         "words": list(objective.bilm.words) if objective.bilm.words is not None else None,
     }
+    try:
+        _write_atomically(path, lambda out: _torch_save(content, out))
+    except OSError as err:
+        raise WriteError(path, err) from err
+
+
+def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """`write` into a staging file beside `path`, then rename it to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     try:
         os.chmod(temporary, 0o644)
         with os.fdopen(handle, "wb") as out:
-            torch.save(content, out)
+            write(out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -89,6 +125,36 @@ def save_checkpoint(
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+class _ErrorKeepingFile:
+    """A binary file that keeps the first OSError of its writes: torch.save reports a
+    failed write only as a RuntimeError of its zip writer."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.error: Optional[OSError] = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.out.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _torch_save(content: Dict[str, Any], out: BinaryIO) -> None:
+    """torch.save into `out`, raising the OSError of a failed write as such."""
+    keeping = _ErrorKeepingFile(out)
+    try:
+        torch.save(content, keeping)  # type: ignore[arg-type]
+    except RuntimeError as err:
+        if keeping.error is None:
+            raise
+        raise keeping.error from err
 
 
 def _fsync_directory(path: Path) -> None:
@@ -103,21 +169,45 @@ def _fsync_directory(path: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> Dict[str, Any]:
+    """A checkpoint's content; tensors and plain values only, nothing else is unpickled."""
     if not path.is_file():
         raise ModelFileError(path, "checkpoint not found")
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for a damaged file
-        raise ModelFileError(path, f"not a readable checkpoint ({err})") from err
+    content = _read_torch_file(path)
     if not isinstance(content, dict) or content.get("format") != CHECKPOINT_FORMAT:
-        raise ModelFileError(path, f"not a {CHECKPOINT_FORMAT} checkpoint")
+        raise ModelFileError(path, f"not a {CHECKPOINT_FORMAT} checkpoint (a torch file of another kind)")
     return content
+
+
+def _read_torch_file(path: Path) -> Any:
+    with path.open("rb") as source:
+        start = source.read(len(TORCH_FILE_START))
+    if start != TORCH_FILE_START:
+        raise ModelFileError(path, "not a readable checkpoint: " + ("the file is empty" if not start else "not a file torch.save writes"))
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ModelFileError(path, "not a readable checkpoint: it holds objects other than tensors and plain values, which are never unpickled") from err
+    except Exception as err:  # torch raises many types for a damaged file
+        raise ModelFileError(path, f"not a readable checkpoint: cut short or damaged ({_first_sentence(err)})") from err
+
+
+def _first_sentence(err: Exception) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text.split(". ")[0]
 
 
 def save_trained_model(
     objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]
 ) -> None:
-    """Write the model directory next to its final place, then swap it in."""
+    """Write the model directory next to its final place, then swap it in; a failed write
+    leaves the previous one intact."""
+    try:
+        _write_model_dir(objective, vocab, model_dir, info)
+    except OSError as err:
+        raise WriteError(model_dir, err) from err
+
+
+def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]) -> None:
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + ".new-"))
     try:
@@ -137,9 +227,28 @@ def _swap_in(staging: Path, target: Path) -> None:
         retired = target.with_name(target.name + ".old")
         shutil.rmtree(retired, ignore_errors=True)
         os.replace(target, retired)
-    os.replace(staging, target)
+    try:
+        os.replace(staging, target)
+    except OSError:
+        if retired is not None:
+            os.replace(retired, target)
+        raise
     if retired is not None:
         shutil.rmtree(retired, ignore_errors=True)
+
+
+def remove_staging_leftovers(output_dir: Path) -> None:
+    """Remove the staging files and folders a killed process left in a training's
+    `output_dir`; a model directory caught between its two renames is put back."""
+    for name in MODEL_DIRS:
+        target, retired = output_dir / name, output_dir / (name + ".old")
+        if retired.is_dir() and not target.exists():
+            os.replace(retired, target)
+        shutil.rmtree(retired, ignore_errors=True)
+        for staging in output_dir.glob(name + ".new-*"):
+            shutil.rmtree(staging, ignore_errors=True)
+    for staging in [*output_dir.glob("checkpoints/last.pt.*"), *output_dir.glob("checkpoints/best.pt.*")]:
+        staging.unlink()
 
 
 def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Vocabulary]:

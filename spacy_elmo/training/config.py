@@ -111,6 +111,9 @@ class TrainingSettings:
     fp32, with a warning."""
     num_threads: int = 0
     """torch CPU threads per process (0: torch's default)."""
+    max_bad_steps: int = 5
+    """Stop after this many consecutive steps with a non-finite loss or gradient. Each such
+    step is skipped: no optimizer step, and it does not count as a step."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.dropout < 1, "training.dropout must be in [0, 1)")
@@ -120,6 +123,7 @@ class TrainingSettings:
         _check(min(self.eval_every, self.checkpoint_every, self.log_every) >= 1, "eval_every, checkpoint_every and log_every must be positive")
         _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device), f"training.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
         _check(self.num_threads >= 0, "training.num_threads must not be negative")
+        _check(self.max_bad_steps >= 1, "training.max_bad_steps must be positive")
 
 
 @dataclass(frozen=True)

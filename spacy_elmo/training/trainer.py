@@ -5,6 +5,15 @@ Output directory layout:
     metrics.jsonl           one JSON object per log interval and per evaluation
     checkpoints/last.pt     everything to resume exactly (and checkpoints/best.pt)
     model-last/, model-best/  model directories the `elmo` component loads
+
+A step whose loss or gradient is not finite is skipped (see `nonfinite`): the weights,
+the optimizer state and the step counter stay as they were, so the learning-rate
+schedule, `max_steps` and the log, eval and checkpoint intervals count good steps only;
+its batch is consumed (the data position moves past it) but not counted in `tokens`.
+Log lines carry `skipped_steps` (since the previous line) and `skipped_steps_total`.
+After `training.max_bad_steps` skipped steps in a row the run stops with
+`NonFiniteTraining`, writing no checkpoint. A failed write stops the run with a
+`WriteError` naming the file, the cause and the checkpoint to resume from.
 """
 import dataclasses
 import json
@@ -26,7 +35,16 @@ from ..nn.objective import BiLMObjective
 from ..nn.precision import bf16_is_fast
 from ..nn.softmax import FullSoftmax, SampledSoftmax
 from ..nn.warm_state import without_warm_state
-from .checkpoint import Progress, carry_over_softmax, corpus_fingerprint, load_checkpoint, save_checkpoint, save_trained_model
+from .checkpoint import (
+    Progress,
+    WriteError,
+    carry_over_softmax,
+    corpus_fingerprint,
+    load_checkpoint,
+    remove_staging_leftovers,
+    save_checkpoint,
+    save_trained_model,
+)
 from .config import PathsSettings, PretrainConfig, config_from_dict
 from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
 from .distributed import (
@@ -39,6 +57,7 @@ from .distributed import (
     sum_gradients,
     sum_values,
 )
+from .nonfinite import NonFiniteTraining, agree_on_step
 from .optim import learning_rate_factor, make_optimizer
 from .perplexity import NLLSums, Perplexity, nll_sums
 
@@ -46,8 +65,11 @@ logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "pretrain.cfg"
 OUTPUTS = ("checkpoints", "model-best", "model-last", "metrics.jsonl", CONFIG_FILE)
-RESUMABLE_CHANGES = ("max_steps", "max_seconds", "max_epochs", "device", "num_threads", "log_every", "eval_every", "checkpoint_every")
-"""[training] keys a resumed run may change: the budget, the machine, the reporting."""
+RESUMABLE_CHANGES = (
+    "max_steps", "max_seconds", "max_epochs", "device", "num_threads", "log_every", "eval_every", "checkpoint_every", "max_bad_steps"
+)
+"""[training] keys a resumed run may change: the budget, the machine, the reporting, the
+tolerance of non-finite steps."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -146,6 +168,8 @@ class Trainer:
             checkpoint = self._checkpoint_to_resume()
         if overwrite and self.process.is_main:
             clear_training(self.output_dir)
+        elif checkpoint is not None and self.process.is_main:
+            remove_staging_leftovers(self.output_dir)
         barrier(self.process)
         if checkpoint is None and any((self.output_dir / name).exists() for name in OUTPUTS):
             raise ValueError(f"{self.output_dir} already holds a training; pass --resume to continue it, --overwrite to replace it, or choose another directory")
@@ -188,26 +212,46 @@ class Trainer:
             Config(config.to_dict()).to_disk(self.output_dir / CONFIG_FILE)
 
     def _fitting_checkpoint(self, config: PretrainConfig) -> Optional[Dict[str, Any]]:
-        """checkpoints/last.pt if this config and corpus can resume it, else None."""
+        """checkpoints/last.pt if this config and corpus can resume it, else None. An
+        unreadable last.pt is an error: starting afresh would delete best.pt and model-best/."""
         if not (self.checkpoints / "last.pt").is_file():
             return None
+        checkpoint = self._read_last_checkpoint()
         try:
-            checkpoint = self._checkpoint_to_resume()
+            self._check_resumable(checkpoint)
             self._resumable_config(config, checkpoint)
-        except (ValueError, ModelFileError) as err:
+        except ValueError as err:
             logger.warning("starting afresh in %s: %s", self.output_dir, err)
             return None
         logger.info("resuming the training in %s", self.output_dir)
         return checkpoint
 
     def _checkpoint_to_resume(self) -> Dict[str, Any]:
-        checkpoint = load_checkpoint(self.checkpoints / "last.pt")
+        checkpoint = self._read_last_checkpoint()
+        self._check_resumable(checkpoint)
+        return checkpoint
+
+    def _read_last_checkpoint(self) -> Dict[str, Any]:
+        """checkpoints/last.pt; if it is damaged or foreign, the error points to best.pt."""
+        path, best = self.checkpoints / "last.pt", self.checkpoints / "best.pt"
+        try:
+            return load_checkpoint(path)
+        except ModelFileError as err:
+            if not path.is_file():
+                raise
+            fallback = (
+                f"{best} holds the state at the best dev perplexity: copy it over {path} to resume from there"
+                if best.is_file()
+                else f"there is no {best} to fall back on: --overwrite starts afresh"
+            )
+            raise ModelFileError(path, f"{err.problem}; {fallback}") from err
+
+    def _check_resumable(self, checkpoint: Dict[str, Any]) -> None:
         if len(checkpoint["rng"]) != self.process.world_size:
             raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {self.process.world_size}")
         for key, value in checkpoint["corpus"].items():
             if self.corpus[key] != value:
                 raise ValueError(f"cannot resume: the corpus changed since the checkpoint ({key} differs)")
-        return checkpoint
 
     @staticmethod
     def _resumable_config(config: PretrainConfig, checkpoint: Dict[str, Any]) -> PretrainConfig:
@@ -250,14 +294,13 @@ class Trainer:
                     if spent:
                         break
                     step_start = time.perf_counter()
-                    loss_sum, predictions, tokens = self._step(next(self.stream))
-                    self.progress.step += 1
+                    result = self._step(next(self.stream))
                     self.progress.position = self.stream.position
-                    self.progress.tokens += tokens
                     self.progress.elapsed_seconds = time.perf_counter() - run_start
-                    window = self.progress.window
-                    for index, value in enumerate((loss_sum, predictions, tokens, time.perf_counter() - step_start)):
-                        window[index] += value
+                    if result is None:
+                        self._after_skipped_step()
+                        continue
+                    self._count_step(*result, time.perf_counter() - step_start)
                     bar.update(1)
                     self._after_step(bar)
             if self.progress.evaluated_step != self.progress.step and self._evaluate_and_keep_best(bar):
@@ -266,10 +309,42 @@ class Trainer:
                 self._checkpoint("last.pt")
             if not self.dev and self.process.is_main:
                 self._save_model("model-best", {})
+        except WriteError as err:
+            raise WriteError(err.path, err.cause, f"the run stopped; {self._last_checkpoint()}") from err.cause
         finally:
             bar.close()
             stop_process(self.process)
         return self.progress
+
+    def _count_step(self, loss_sum: float, predictions: int, tokens: int, seconds: float) -> None:
+        progress = self.progress
+        progress.step += 1
+        progress.tokens += tokens
+        progress.bad_streak = 0
+        for index, value in enumerate((loss_sum, predictions, tokens, seconds)):
+            progress.window[index] += value
+
+    def _after_skipped_step(self) -> None:
+        """Count a skipped step; stop the run after `max_bad_steps` of them in a row."""
+        progress, limit = self.progress, self.config.training.max_bad_steps
+        progress.skipped_steps += 1
+        progress.window_skipped += 1
+        progress.bad_streak += 1
+        logger.warning("a step after step %d had a non-finite loss or gradient: skipped (%d in a row, %d in all)", progress.step, progress.bad_streak, progress.skipped_steps)
+        if progress.bad_streak < limit:
+            return
+        message = (
+            f"{progress.bad_streak} consecutive steps after step {progress.step} had a non-finite loss or gradient "
+            f"(training.max_bad_steps = {limit}): the run stopped; {self._last_checkpoint()}"
+        )
+        self._log({"step": progress.step, "skipped_steps": progress.window_skipped, "skipped_steps_total": progress.skipped_steps, "stopped": message})
+        raise NonFiniteTraining(message)
+
+    def _last_checkpoint(self) -> str:
+        """Where the last good state on disk is, for the message of a stopped run."""
+        if self._checkpointed_step < 0:
+            return "no checkpoint was written yet"
+        return f"the last good checkpoint is {self.checkpoints / 'last.pt'} (step {self._checkpointed_step}): continue from it with --resume"
 
     def _after_step(self, bar: tqdm) -> None:
         settings, step = self.config.training, self.progress.step
@@ -285,10 +360,13 @@ class Trainer:
                 "tokens_per_second": tokens / seconds,
                 "learning_rate": self.optimizer.param_groups[0]["lr"],
                 "elapsed_seconds": self.progress.elapsed_seconds,
+                "skipped_steps": self.progress.window_skipped,
+                "skipped_steps_total": self.progress.skipped_steps,
             }
             self._log(record)
             bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{record['train_perplexity']:.1f}", tok_s=f"{record['tokens_per_second']:.0f}")
             self.progress.window = [0.0, 0.0, 0.0, 0.0]
+            self.progress.window_skipped = 0
         if step % settings.eval_every == 0 and self._evaluate_and_keep_best(bar):
             self._checkpoint("best.pt")
         if step % settings.checkpoint_every == 0:
@@ -303,9 +381,10 @@ class Trainer:
         votes = sum_values([float(spent), float(interrupted)], self.process, self.device)
         return votes[0] > 0, votes[1] > 0
 
-    def _step(self, sentences: List[Sentence]) -> Tuple[float, int, int]:
+    def _step(self, sentences: List[Sentence]) -> Optional[Tuple[float, int, int]]:
         """One optimizer step on a global batch; returns its summed NLL (mean of the two
-        directions), predictions per direction and tokens, all processes together."""
+        directions), predictions per direction and tokens, all processes together, or
+        None when the step was skipped for a non-finite loss or gradient."""
         self.objective.train()
         self.optimizer.zero_grad(set_to_none=True)
         predictions = sum(len(s) + 1 for s in sentences)
@@ -320,13 +399,15 @@ class Trainer:
             (nll / (2 * predictions)).backward()
             loss_sum = float(nll.detach()) / 2
         sum_gradients(self.parameters, self.process)
+        loss_sum, finite = agree_on_step(loss_sum, self.parameters, self.process, self.device)
+        if not finite:
+            return None
         if self.config.training.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.parameters, self.config.training.grad_clip)
         factor = learning_rate_factor(self.config.schedule, self.progress.step + 1, self.config.training.max_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.optimizer.learning_rate * factor
         self.optimizer.step()
-        loss_sum = sum_values([loss_sum], self.process, self.device)[0]
         return loss_sum, predictions, sum(len(s) for s in sentences)
 
     def _evaluate_and_keep_best(self, bar: tqdm) -> bool:
@@ -355,10 +436,10 @@ class Trainer:
         rng = gather_rng_states(self.process)
         if self.process.is_main:
             save_checkpoint(self.checkpoints / name, self.objective, self.optimizer, self.progress, rng, self.config.to_dict(), self.corpus)
-            if name == "last.pt":
-                self._save_model("model-last", {})
         if name == "last.pt":
             self._checkpointed_step = self.progress.step
+            if self.process.is_main:
+                self._save_model("model-last", {})
         barrier(self.process)
 
     def _save_model(self, name: str, scores: Dict[str, float]) -> None:
@@ -372,8 +453,12 @@ class Trainer:
 
     def _log(self, record: Dict[str, Any]) -> None:
         if self.process.is_main:
-            with (self.output_dir / "metrics.jsonl").open("a", encoding="utf-8") as out:
-                out.write(json.dumps(record) + "\n")
+            path = self.output_dir / "metrics.jsonl"
+            try:
+                with path.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(record) + "\n")
+            except OSError as err:
+                raise WriteError(path, err) from err
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
