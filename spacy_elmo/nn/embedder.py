@@ -7,7 +7,7 @@ after changing them. Calls from several threads are serialized.
 """
 import threading
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy
 import torch
@@ -40,6 +40,14 @@ class Embedder:
         self._slots.clear()
         self._table = None
         self._boundaries = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        """What pickling sends (to spawned worker processes): the source model and the
+        settings; the lock, the cache and the runtime model are rebuilt on arrival."""
+        return {"source": self.source, "cache_size": self.cache_size, "precision": self.precision}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["source"], cache_size=state["cache_size"], precision=state["precision"])  # type: ignore[misc]
 
     @property
     def cached_tokens(self) -> int:

@@ -78,3 +78,15 @@ def test_clear_forgets_weights_that_changed():
         bilm.token_encoder.char_embedding.weight.mul_(2.0)
     embedder.clear()
     torch.testing.assert_close(embedder([["bank"]]).layers, plain(bilm, [["bank"]]), rtol=0, atol=1e-5)
+
+
+def test_pickled_embedder_gives_the_same_vectors_with_an_empty_cache():
+    """What spawned worker processes receive: the model and settings, not the lock or cache."""
+    import pickle
+
+    embedder = Embedder(random_bilm(), cache_size=8)
+    sentences = random_sentences(6, seed=3)
+    expected = embedder(sentences).layers
+    copy = pickle.loads(pickle.dumps(embedder))
+    assert copy.cached_tokens == 0 and copy.cache_size == 8 and copy.precision == "fp32"
+    torch.testing.assert_close(copy(sentences).layers, expected, rtol=0, atol=1e-6)

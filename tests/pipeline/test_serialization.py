@@ -1,4 +1,6 @@
 """spaCy round trips: pipelines to disk and bytes, docs to bytes and DocBin, multiprocessing."""
+import multiprocessing
+
 import numpy
 import pytest
 import spacy
@@ -61,7 +63,16 @@ def test_docbin_with_user_data_keeps_elmo(nlp, tmp_path):
         numpy.testing.assert_array_equal(copy._.elmo.layers, original._.elmo.layers)
 
 
-def test_two_processes_give_the_same_vectors_as_one(nlp):
+@pytest.fixture(params=["fork", "spawn"])
+def start_method(request):
+    """Run the test's worker processes with this multiprocessing start method."""
+    previous = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(request.param, force=True)
+    yield request.param
+    multiprocessing.set_start_method(previous, force=True)
+
+
+def test_two_processes_give_the_same_vectors_as_one(nlp, start_method):
     texts = TEXTS * 4
     single = [doc._.elmo.layers for doc in nlp.pipe(texts, n_process=1)]
     double = [doc._.elmo.layers for doc in nlp.pipe(texts, n_process=2, batch_size=3)]
