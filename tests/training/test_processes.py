@@ -2,6 +2,7 @@
 torchrun, and a 2-process torchrun run takes the same steps as a single process."""
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -60,6 +61,47 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_weights(toy_corpus
     assert all(numpy.array_equal(expected[name], actual[name]) for name in expected)
     steps = [r["step"] for r in metric_records(killed_dir) if "loss" in r]
     assert steps == list(range(1, 61))  # records written after the checkpoint by the killed run were dropped
+
+
+def staging_leftovers(output_dir):
+    """Half-written checkpoint files and model folders a killed run left behind."""
+    patterns = ["checkpoints/last.pt.*", "checkpoints/best.pt.*", "model-*.new-*", "model-*.old"]
+    return [path for pattern in patterns for path in output_dir.glob(pattern)]
+
+
+def test_ten_kills_at_random_moments_each_resumed_end_with_the_uninterrupted_weights(toy_corpus, tmp_path):
+    """SIGKILL at seeded random moments of the training (checkpoints every 2 steps and an
+    evaluation every 3, so many kills land in a write or an evaluation), `--auto-resume`
+    after each: the weights and the loss curve equal an uninterrupted run's."""
+    config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, SAMPLED, max_steps=80, dropout=0.2, eval_every=3, checkpoint_every=2)
+    straight = run_cli("pretrain", config, tmp_path / "straight", "--no-progress", env=ONE_THREAD)
+    assert straight.returncode == 0, straight.stderr
+
+    run_dir, delays, kills, caught_writing = tmp_path / "killed", random.Random(0), 0, 0
+    command = [sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(run_dir), "--no-progress", "--auto-resume"]
+    deadline = time.time() + 600
+    while kills < 10 and time.time() < deadline:
+        process = subprocess.Popen(command, cwd=REPO, env=ONE_THREAD, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        start_step = last_logged_step(run_dir)
+        while last_logged_step(run_dir) <= start_step and process.poll() is None:
+            time.sleep(0.002)
+        time.sleep(delays.uniform(0.0, 0.3))
+        process.send_signal(signal.SIGKILL)
+        _, errors = process.communicate()
+        if process.returncode != -signal.SIGKILL:
+            assert process.returncode == 0, errors[-3000:]
+            break
+        kills += 1
+        caught_writing += bool(staging_leftovers(run_dir))
+    assert kills >= 10, f"only {kills} kills before the run finished or the deadline"
+    resumed = run_cli("pretrain", config, run_dir, "--no-progress", "--auto-resume", env=ONE_THREAD)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not staging_leftovers(run_dir)
+    expected, actual = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(run_dir / "model-last")
+    assert all(numpy.array_equal(expected[name], actual[name]) for name in expected), f"{kills} kills, {caught_writing} during a write"
+    records = [r for r in metric_records(run_dir) if "loss" in r]
+    assert [r["step"] for r in records] == list(range(1, 81))
+    assert [r["loss"] for r in records] == [r["loss"] for r in metric_records(tmp_path / "straight") if "loss" in r]
 
 
 @pytest.mark.parametrize("tokens_per_batch", [256, 8])  # with 8, every batch is one sentence: rank 1 gets none
