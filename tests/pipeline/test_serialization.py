@@ -50,8 +50,14 @@ def test_doc_to_bytes_keeps_elmo_and_hooks_can_be_reattached(nlp):
     restored = Doc(nlp.vocab).from_bytes(doc.to_bytes())
     numpy.testing.assert_array_equal(restored._.elmo.layers, doc._.elmo.layers)
     numpy.testing.assert_array_equal(restored._.elmo.mixed, doc._.elmo.mixed)
+    other = nlp(TEXTS[1])  # "bank" in another context: contextual similarity is below 1
+    river_bank, money_bank = restored[4], other[5]
+    assert river_bank.text == money_bank.text == "bank"
     set_similarity_hooks(restored)
-    assert restored[4].similarity(doc[4]) == doc[4].similarity(doc[4])
+    expected = float(doc[4]._.elmo @ money_bank._.elmo / (numpy.linalg.norm(doc[4]._.elmo) * numpy.linalg.norm(money_bank._.elmo)))
+    assert expected < 1 - 1e-5  # spaCy without the hooks would say 1.0 (same text)
+    assert river_bank.similarity(money_bank) == pytest.approx(expected, abs=1e-6)
+    assert money_bank.similarity(river_bank) == pytest.approx(expected, abs=1e-6)
 
 
 def test_docbin_with_user_data_keeps_elmo(nlp, tmp_path):
