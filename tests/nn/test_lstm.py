@@ -293,3 +293,29 @@ def test_gradients_match_autograd_through_the_naive_cell():
     ((out * weights).sum() + h.sum() + 2 * c.sum()).backward()
     for name, param in lstm.named_parameters():
         torch.testing.assert_close(param.grad, reference[name], rtol=1e-9, atol=1e-10, msg=name)
+
+
+def test_grad_enabled_forward_matches_the_reference_and_the_no_grad_path_with_ragged_lengths():
+    """The training path (`_TrainingTimeLoop`, taken whenever autograd records) computes the
+    same outputs and final states as the per-row reference and as inference."""
+    lstm = make_lstm(seed=7)
+    lengths = [7, 5, 2]
+    torch.manual_seed(3)
+    x = torch.randn(3, 7, INPUT, requires_grad=True)
+    batch_sizes = lengths_to_batch_sizes(lengths, 7)
+    out, (h, c) = lstm(x, batch_sizes)
+    assert out.requires_grad
+    with torch.no_grad():
+        plain_out, (plain_h, plain_c) = lstm(x, batch_sizes)
+    torch.testing.assert_close(out, plain_out, rtol=0, atol=1e-6)
+    torch.testing.assert_close(h, plain_h, rtol=0, atol=1e-6)
+    torch.testing.assert_close(c, plain_c, rtol=0, atol=1e-6)
+    clipped = {"cell": 0, "proj": 0}
+    for row, length in enumerate(lengths):
+        expected, (eh, ec), clips = naive_lstm(lstm, x[row, :length].detach())
+        clipped = {key: clipped[key] + clips[key] for key in clipped}
+        torch.testing.assert_close(out[row, :length].detach().double(), expected, atol=1e-5, rtol=1e-5)
+        assert not out[row, length:].any()
+        torch.testing.assert_close(h[row].detach().double(), eh, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(c[row].detach().double(), ec, atol=1e-5, rtol=1e-5)
+    assert clipped["cell"] and clipped["proj"]
