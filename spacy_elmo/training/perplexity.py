@@ -27,15 +27,20 @@ class Perplexity(NamedTuple):
     @classmethod
     def from_sums(cls, sums: NLLSums) -> "Perplexity":
         n = sums.predictions
-        return cls(_exp(sums.forward / n), _exp(sums.backward / n), _exp((sums.forward + sums.backward) / (2 * n)), n)
+        return cls(perplexity_of(sums.forward / n), perplexity_of(sums.backward / n), perplexity_of((sums.forward + sums.backward) / (2 * n)), n)
 
     def as_dict(self, prefix: str = "") -> Dict[str, float]:
         return {f"{prefix}{name}": value for name, value in self._asdict().items()}
 
 
-def _exp(x: float) -> float:
-    """exp, inf for a diverged model instead of an OverflowError."""
-    return math.exp(x) if x < 700 else math.inf
+MAX_LOG_PERPLEXITY = 700.0
+"""Mean NLLs above this give exp(700), about 1e304: finite, so JSON stays standard."""
+
+
+def perplexity_of(mean_nll: float) -> float:
+    """exp(mean_nll), capped at exp(MAX_LOG_PERPLEXITY) for a diverged model (no
+    OverflowError, no inf written to JSON as the non-standard `Infinity`)."""
+    return math.exp(min(mean_nll, MAX_LOG_PERPLEXITY))
 
 
 def nll_sums(

@@ -18,7 +18,6 @@ After `training.max_bad_steps` skipped steps in a row the run stops with
 import dataclasses
 import json
 import logging
-import math
 import shutil
 import signal
 import time
@@ -59,7 +58,7 @@ from .distributed import (
 )
 from .nonfinite import NonFiniteTraining, agree_on_step
 from .optim import learning_rate_factor, make_optimizer
-from .perplexity import NLLSums, Perplexity, nll_sums
+from .perplexity import NLLSums, Perplexity, nll_sums, perplexity_of
 
 logger = logging.getLogger(__name__)
 
@@ -356,7 +355,7 @@ class Trainer:
                 "epoch": self.progress.position.epoch,
                 "tokens": self.progress.tokens,
                 "loss": loss,
-                "train_perplexity": math.exp(min(loss, 700.0)),
+                "train_perplexity": perplexity_of(loss),
                 "tokens_per_second": tokens / seconds,
                 "learning_rate": self.optimizer.param_groups[0]["lr"],
                 "elapsed_seconds": self.progress.elapsed_seconds,
