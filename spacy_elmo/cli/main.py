@@ -6,7 +6,8 @@ import typer
 
 from .app import app, clean_errors
 
-GOLDEN_DEMO_MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "elmo-golden" / "allennlp"
+PROJECT_MODEL = Path("training") / "model-best"
+"""Where `spacy project run all` leaves its biLM, relative to the project folder."""
 
 DEMO_PAIRS = [
     ("I sat by the bank of the river and watched the water.", "bank"),
@@ -35,17 +36,20 @@ def info(
 
 @app.command()
 def demo(
-    weights: Optional[Path] = typer.Option(None, help="Model directory or public .hdf5 (default: the tiny test model in ../shared)"),
+    weights: Optional[Path] = typer.Option(None, help=f"Model directory or public .hdf5 (default: {PROJECT_MODEL}, the project's biLM)"),
     options: Optional[Path] = typer.Option(None, help="options.json for a public .hdf5 file"),
 ) -> None:
     """Embed a few sentences and print contextual similarities of the word 'bank'."""
     import spacy
 
     if weights is None:
-        if not GOLDEN_DEMO_MODEL.is_dir():
-            raise typer.BadParameter(f"no --weights given and no demo model at {GOLDEN_DEMO_MODEL}")
-        weights, options = GOLDEN_DEMO_MODEL / "lm_weights.hdf5", GOLDEN_DEMO_MODEL / "options.json"
-        typer.echo(f"Using the tiny public-format test model in {GOLDEN_DEMO_MODEL} (random-quality vectors).")
+        if not PROJECT_MODEL.is_dir():
+            raise typer.BadParameter(
+                f"no --weights given and no {PROJECT_MODEL} here: run `spacy project run all` first, "
+                "or give --weights (a model directory, a pipeline, or a public .hdf5 with --options)"
+            )
+        weights = PROJECT_MODEL
+        typer.echo(f"Using {PROJECT_MODEL.resolve()}.")
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(weights), "options": str(options) if options else None})
     docs = list(nlp.pipe(text for text, _ in DEMO_PAIRS))

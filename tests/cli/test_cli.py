@@ -1,5 +1,6 @@
 """`python -m spacy_elmo`: the demo (the README's main job) and info."""
 import re
+import shutil
 import subprocess
 import sys
 
@@ -23,10 +24,18 @@ def test_demo_prints_similarities_with_the_golden_model(allennlp_fixture):
     assert any(matrix[i][j] < 0.99 for i in range(4) for j in range(4) if i != j)
 
 
-def test_demo_default_runs_as_a_module(allennlp_fixture):
-    result = subprocess.run([sys.executable, "-m", "spacy_elmo", "demo"], capture_output=True, text=True, timeout=300)
+def test_demo_default_is_the_projects_model_as_a_module(tiny_model_dir, tmp_path):
+    shutil.copytree(tiny_model_dir, tmp_path / "training" / "model-best")
+    result = subprocess.run([sys.executable, "-m", "spacy_elmo", "demo"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "cosine of 'bank'" in result.stdout
+    assert "training/model-best" in result.stdout and "cosine of 'bank'" in result.stdout
+
+
+def test_demo_without_a_model_says_where_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["demo"])
+    assert result.exit_code != 0
+    assert "spacy project run all" in result.output and "--weights" in result.output
 
 
 def test_info_prints_the_configuration(tiny_model_dir):
