@@ -4,7 +4,7 @@ from typing import Optional
 
 import typer
 
-from ..training.corpus import prepare_corpus
+from ..training.corpus import MAX_DOCUMENT_CHARS, prepare_corpus
 from .app import app, clean_errors
 
 
@@ -20,14 +20,23 @@ def corpus(
     min_count: int = typer.Option(1, help="Keep tokens seen at least this often in the vocabulary"),
     max_vocab: int = typer.Option(0, help="Vocabulary size limit including <S>, </S>, <UNK> (0: none)"),
     vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt (e.g. of the model training continues from) instead of building one"),
+    max_document_chars: int = typer.Option(MAX_DOCUMENT_CHARS, help="Cut documents to this many characters before tokenizing"),
 ) -> None:
     """Tokenize, sentence-split, deduplicate, shuffle and split a corpus; write its vocabulary."""
     with clean_errors():
         stats = prepare_corpus(
-            input_path, output_dir, lang, seed, dev_fraction, test_fraction, sentences_per_shard, min_count, max_vocab, vocab
+            input_path, output_dir, lang, seed, dev_fraction, test_fraction, sentences_per_shard, min_count, max_vocab, vocab,
+            max_document_chars,
         )
     typer.echo(
         f"{stats.documents} documents -> {stats.sentences} sentences ({stats.duplicate_sentences} duplicates dropped, "
         f"{stats.lines_with_invalid_utf8} lines with invalid UTF-8 replaced); train {stats.train_sentences} "
         f"({stats.tokens} tokens), dev {stats.dev_sentences}, test {stats.test_sentences}; vocab {stats.vocab_size}"
+    )
+    typer.echo(
+        f"{stats.control_characters_removed} control characters removed, {stats.documents_cut_for_length} documents "
+        f"cut to {max_document_chars} characters ({stats.characters_cut_for_length} cut), {stats.long_runs_split} long runs "
+        "without whitespace split, "
+        f"{stats.jsonl_lines_dropped_for_length} .jsonl lines dropped for length, "
+        f"{stats.empty_documents_dropped} empty documents dropped"
     )

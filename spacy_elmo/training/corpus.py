@@ -5,15 +5,27 @@ sentences, deduplicated, shuffled with a seed and split into train / dev / test.
 `train/shard_00000.txt ...`, `dev.txt`, `test.txt` (one sentence per line, tokens joined by
 single spaces), `vocab.txt` (`<S>`, `</S>`, `<UNK>`, then training tokens by descending
 count) and `stats.json`. The sentences are held in memory to be shuffled.
+
+Hostile input is cleaned, not fatal, and every change is counted in `stats.json`: bytes
+that are not UTF-8 (and lone surrogates in .jsonl escapes) become U+FFFD, control
+characters other than whitespace are removed, documents are cut to `max_document_chars`
+characters before tokenizing (text files are read in chunks, so the rest of a long line is
+never held in memory), runs of more than MAX_RUN_CHARS characters without whitespace are
+cut (spaCy's tokenizer takes time quadratic in the affixes of one run: 20 s for 10,000
+brackets), and documents left empty are dropped. An input that leaves no
+training sentence is an error naming it.
 """
+import codecs
 import dataclasses
 import hashlib
 import json
 import random
+import re
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import spacy
 import srsly
@@ -22,14 +34,50 @@ from spacy.tokens import DocBin
 
 from ..nn.special_tokens import SPECIAL_TOKENS
 
+MAX_DOCUMENT_CHARS = 10_000_000
+"""Documents are cut to this many characters before tokenizing (the default of `max_document_chars`)."""
 MAX_CHARS_PER_PIECE = 100_000
 """Documents longer than this are tokenized in pieces cut at whitespace."""
+PIECES_PER_BATCH = 16
+"""Pieces tokenized together: at most 1.6 million characters of Docs in memory at once."""
+JSONL_LINE_FACTOR = 6
+"""A .jsonl line longer than this many times `max_document_chars` (room for \\uXXXX
+escapes) is dropped unparsed."""
+READ_BYTES = 1 << 20
+"""Text files are read in chunks of at most this many bytes."""
+MAX_RUN_CHARS = 100
+"""Longer runs of characters without whitespace are cut into runs of this length."""
+_CONTROL_CHARACTERS = "".join(c for c in map(chr, range(0xA0)) if unicodedata.category(c) == "Cc" and not c.isspace())
+_CONTROLS = re.compile(f"[{re.escape(_CONTROL_CHARACTERS)}]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_LEADING_SPACE = re.compile(r"\s*")
+_LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_RUN_CHARS + 1},}}")
+"""A long run, matched from its start only (linear time)."""
 
 
 @dataclass
 class CorpusStats:
+    """What `prepare_corpus` read, changed, dropped and wrote (saved as `stats.json`).
+    The cleaning counts are over the text kept after cutting for length."""
+
     documents: int = 0
+    """Documents tokenized (non-empty after cleaning)."""
     lines_with_invalid_utf8: int = 0
+    """Lines (or .jsonl / .spacy documents) with bytes that are not UTF-8 or with lone
+    surrogates; each such byte or surrogate became U+FFFD."""
+    control_characters_removed: int = 0
+    """NUL and other control characters (Unicode Cc, whitespace excepted) removed."""
+    documents_cut_for_length: int = 0
+    """Documents cut to `max_document_chars` characters."""
+    characters_cut_for_length: int = 0
+    """Characters those cuts removed (a cut line's newline not counted)."""
+    long_runs_split: int = 0
+    """Runs of more than MAX_RUN_CHARS characters without whitespace, cut into runs of
+    MAX_RUN_CHARS joined by spaces."""
+    jsonl_lines_dropped_for_length: int = 0
+    """.jsonl lines over `JSONL_LINE_FACTOR * max_document_chars` characters, not parsed."""
+    empty_documents_dropped: int = 0
+    """Documents (blank lines included) with no text left after cleaning."""
     sentences: int = 0
     duplicate_sentences: int = 0
     tokens: int = 0
@@ -39,53 +87,138 @@ class CorpusStats:
     vocab_size: int = 0
 
 
-def read_documents(path: Union[str, Path], stats: CorpusStats) -> Iterator[str]:
+class _Raw(NamedTuple):
+    """A document as read, before cleaning."""
+
+    text: str
+    cut: int = 0
+    """Characters cut off for length."""
+    invalid: bool = False
+    """Invalid UTF-8 already replaced while reading."""
+
+
+def read_documents(path: Union[str, Path], stats: CorpusStats, max_chars: int = MAX_DOCUMENT_CHARS) -> Iterator[str]:
     """Documents of a .txt file (one per line), a folder of .txt files, a .jsonl file with a
-    `text` field, or a .spacy DocBin. Invalid UTF-8 is replaced and counted; blank lines skipped."""
-    path = Path(path)
+    `text` field, or a .spacy DocBin, cleaned (see the module docstring) and counted in `stats`."""
+    if max_chars < 1:
+        raise ValueError(f"max_document_chars must be positive, got {max_chars}")
+    for raw in _raw_documents(Path(path), max_chars, stats):
+        text = _clean(raw, stats)
+        if text:
+            yield text
+        else:
+            stats.empty_documents_dropped += 1
+
+
+def _raw_documents(path: Path, max_chars: int, stats: CorpusStats) -> Iterator[_Raw]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         if not files:
             raise ValueError(f"{path}: folder holds no .txt files")
         for file in files:
-            yield from _text_lines(file, stats)
+            yield from _text_documents(file, max_chars)
     elif not path.is_file():
         raise ValueError(f"{path}: input not found")
     elif path.suffix == ".spacy":
-        for doc in DocBin().from_disk(path).get_docs(spacy.blank("xx").vocab):
-            if doc.text.strip():
-                yield doc.text
+        yield from _docbin_documents(path, max_chars)
     elif path.suffix == ".jsonl":
-        for number, record in enumerate(srsly.read_jsonl(path), start=1):
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise ValueError(f"{path} line {number}: expected an object with a string 'text' field")
-            if record["text"].strip():
-                yield record["text"]
+        yield from _jsonl_documents(path, max_chars, stats)
     else:
-        yield from _text_lines(path, stats)
+        yield from _text_documents(path, max_chars)
 
 
-def _text_lines(path: Path, stats: CorpusStats) -> Iterator[str]:
+def _clean(raw: _Raw, stats: CorpusStats) -> str:
+    """`raw.text` with lone surrogates replaced by U+FFFD, control characters removed and
+    long runs cut, stripped; what was changed is counted in `stats`."""
+    text, replaced = _SURROGATES.subn("\ufffd", raw.text)
+    text, removed = _CONTROLS.subn("", text)
+    text, split = _LONG_RUN.subn(_split_run, text)
+    stats.long_runs_split += split
+    stats.lines_with_invalid_utf8 += bool(replaced or raw.invalid)
+    stats.control_characters_removed += removed
+    if raw.cut:
+        stats.documents_cut_for_length += 1
+        stats.characters_cut_for_length += raw.cut
+    return text.strip()
+
+
+def _split_run(match: "re.Match[str]") -> str:
+    run = match.group()
+    return " ".join(run[start : start + MAX_RUN_CHARS] for start in range(0, len(run), MAX_RUN_CHARS))
+
+
+def _cut(text: str, max_chars: int, invalid: bool = False) -> _Raw:
+    return _Raw(text[:max_chars], max(len(text) - max_chars, 0), invalid)
+
+
+def _text_documents(path: Path, max_chars: int) -> Iterator[_Raw]:
+    for line, cut in read_lines(path, max_chars):
+        yield _Raw(line, cut)
+
+
+def read_lines(path: Path, max_chars: int) -> Iterator[Tuple[str, int]]:
+    """(line without its newline, cut to `max_chars` characters; how many were cut) for each
+    line of a file, read in chunks of READ_BYTES. Bytes that are not UTF-8 come out as lone
+    surrogates (Python's surrogateescape)."""
+    decoder = codecs.getincrementaldecoder("utf-8-sig")("surrogateescape")
     with path.open("rb") as handle:
-        for raw in handle:
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line = raw.decode("utf-8", errors="replace")
-                stats.lines_with_invalid_utf8 += 1
-            if line.strip():
-                yield line.strip()
+        kept: List[str] = []
+        room, cut = max_chars, 0
+        while True:
+            chunk = handle.readline(READ_BYTES)
+            text = decoder.decode(chunk, final=not chunk)
+            line_ends = not chunk or chunk.endswith(b"\n")
+            if line_ends and text.endswith("\n"):
+                text = text[:-1]
+            kept.append(text[:room])
+            cut += max(len(text) - room, 0)
+            room = max(room - len(text), 0)
+            if not line_ends:
+                continue
+            line = "".join(kept)
+            if chunk or line:
+                yield line, cut
+            if not chunk:
+                return
+            kept, room, cut = [], max_chars, 0
+
+
+def _jsonl_documents(path: Path, max_chars: int, stats: CorpusStats) -> Iterator[_Raw]:
+    for number, (line, cut) in enumerate(read_lines(path, JSONL_LINE_FACTOR * max_chars), start=1):
+        if cut:
+            stats.jsonl_lines_dropped_for_length += 1
+            continue
+        line, invalid = _SURROGATES.subn("\ufffd", line)
+        if not line.strip():
+            continue
+        try:
+            record = srsly.json_loads(line)
+        except ValueError as err:
+            raise ValueError(f"{path} line {number}: not valid JSON ({err})") from err
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise ValueError(f"{path} line {number}: expected an object with a string 'text' field")
+        yield _cut(record["text"], max_chars, bool(invalid))
+
+
+def _docbin_documents(path: Path, max_chars: int) -> Iterator[_Raw]:
+    try:
+        docs = DocBin().from_disk(path)
+    except Exception as err:  # spaCy, msgpack and zlib raise several unrelated types
+        raise ValueError(f"{path}: not a readable .spacy DocBin ({err})") from err
+    for doc in docs.get_docs(spacy.blank("xx").vocab):
+        yield _cut(doc.text, max_chars)
 
 
 def _pieces(text: str) -> Iterator[str]:
     """`text` cut at whitespace into pieces of at most about MAX_CHARS_PER_PIECE characters."""
-    while len(text) > MAX_CHARS_PER_PIECE:
-        cut = text.rfind(" ", 0, MAX_CHARS_PER_PIECE)
-        cut = cut if cut > 0 else MAX_CHARS_PER_PIECE
-        yield text[:cut]
-        text = text[cut:].lstrip()
-    if text:
-        yield text
+    start = 0
+    while len(text) - start > MAX_CHARS_PER_PIECE:
+        cut = text.rfind(" ", start, start + MAX_CHARS_PER_PIECE)
+        cut = cut if cut > start else start + MAX_CHARS_PER_PIECE
+        yield text[start:cut]
+        start = _LEADING_SPACE.match(text, cut).end()
+    if start < len(text):
+        yield text[start:]
 
 
 def tokenized_sentences(nlp: Language, documents: Iterable[str], stats: CorpusStats) -> Iterator[List[str]]:
@@ -96,7 +229,7 @@ def tokenized_sentences(nlp: Language, documents: Iterable[str], stats: CorpusSt
             stats.documents += 1
             yield from _pieces(document)
 
-    for doc in nlp.pipe(pieces(), batch_size=256):
+    for doc in nlp.pipe(pieces(), batch_size=PIECES_PER_BATCH):
         for sentence in doc.sents:
             tokens = ["".join(ch for ch in t.text if not ch.isspace()) for t in sentence if not t.is_space]
             tokens = [t for t in tokens if t]
@@ -122,11 +255,14 @@ def prepare_corpus(
     min_count: int = 1,
     max_vocab: int = 0,
     vocab_path: Optional[Union[str, Path]] = None,
+    max_document_chars: int = MAX_DOCUMENT_CHARS,
 ) -> CorpusStats:
     """Prepare `input_path` into `output_dir`; returns (and writes) the statistics.
 
     `vocab_path`: use this vocab.txt (e.g. the model's that training will continue from)
-    instead of building one from the training split; `min_count` and `max_vocab` then do not apply."""
+    instead of building one from the training split; `min_count` and `max_vocab` then do not apply.
+    `max_document_chars`: documents are cut to this many characters before tokenizing.
+    ValueError, before anything is written, when no training sentence is left."""
     if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
         raise ValueError("dev_fraction and test_fraction must be in [0, 1) and leave room for training")
     if sentences_per_shard < 1 or min_count < 1 or not (max_vocab == 0 or max_vocab > len(SPECIAL_TOKENS)):
@@ -141,7 +277,7 @@ def prepare_corpus(
     stats = CorpusStats()
     nlp = sentence_pipeline(lang)
     unique, seen = [], set()
-    for tokens in tokenized_sentences(nlp, read_documents(input_path, stats), stats):
+    for tokens in tokenized_sentences(nlp, read_documents(input_path, stats, max_document_chars), stats):
         stats.sentences += 1
         line = " ".join(tokens)
         digest = hashlib.blake2b(line.encode("utf-8"), digest_size=16).digest()
@@ -151,9 +287,14 @@ def prepare_corpus(
         seen.add(digest)
         unique.append(line)
     if not unique:
-        raise ValueError(f"{input_path}: no text found")
+        raise ValueError(f"{input_path}: nothing to train on, no text found ({_dropped(stats)})")
     random.Random(seed).shuffle(unique)
     train, dev, test = _split(unique, dev_fraction, test_fraction)
+    if not train:
+        raise ValueError(
+            f"{input_path}: nothing to train on, all {len(unique)} sentences go to dev and test: "
+            "lower dev_fraction and test_fraction or give more text"
+        )
     output_dir = Path(output_dir)
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
     vocab = given_vocab if given_vocab is not None else build_vocab(train, min_count, max_vocab)
@@ -168,6 +309,17 @@ def prepare_corpus(
     )
     (output_dir / "stats.json").write_text(json.dumps(dataclasses.asdict(stats), indent=2), encoding="utf-8")
     return stats
+
+
+def _dropped(stats: CorpusStats) -> str:
+    """What reading left out, in words."""
+    counts = {
+        "documents tokenized": stats.documents,
+        "empty documents dropped": stats.empty_documents_dropped,
+        "control characters removed": stats.control_characters_removed,
+        ".jsonl lines dropped for length": stats.jsonl_lines_dropped_for_length,
+    }
+    return ", ".join(f"{count} {what}" for what, count in counts.items() if count) or "the input is empty"
 
 
 def _split(lines: List[str], dev_fraction: float, test_fraction: float) -> Tuple[List[str], List[str], List[str]]:
