@@ -9,6 +9,7 @@ configs/ud-elmo.cfg with `layer_cache = "never"` (the biLM runs on every batch).
 run's seconds per epoch (updates and evaluations), the mean of the epochs after the first,
 its ratio to the baseline's, and the run's peak RSS. Run it on a quiet machine.
 """
+
 import argparse
 import json
 import subprocess
@@ -40,8 +41,22 @@ def main() -> None:
     results = {}
     for name, config, extra in RUNS:
         run_dir = output / name.replace(", ", "-").replace(" ", "-")
-        command = [sys.executable, str(REPO / "scripts" / "downstream.py"), "run", str(config), str(run_dir), "--seed", str(args.seed),
-                   "--max-steps", str(args.max_steps), "--train", args.train, "--dev", args.dev, *extra]
+        command = [
+            sys.executable,
+            str(REPO / "scripts" / "downstream.py"),
+            "run",
+            str(config),
+            str(run_dir),
+            "--seed",
+            str(args.seed),
+            "--max-steps",
+            str(args.max_steps),
+            "--train",
+            args.train,
+            "--dev",
+            args.dev,
+            *extra,
+        ]
         if "elmo" in name:
             command += ["--bilm", args.bilm]
         print(f"training {name} ...", flush=True)
@@ -54,8 +69,10 @@ def main() -> None:
     print(f"{'run':16} {'epoch 0':>8} {'later (mean)':>13} {'x base':>7} {'total s':>8} {'peak RSS MiB':>13}  epochs")
     for name, record in results.items():
         epochs = record["epochs"]
-        print(f"{name:16} {epochs[0]['seconds']:8.1f} {later[name]:13.1f} {later[name] / later['base']:7.2f} "
-              f"{record['train_seconds']:8.0f} {record['peak_rss_mb']:13.0f}  " + " ".join(f"{e['seconds']:.0f}" for e in epochs))
+        print(
+            f"{name:16} {epochs[0]['seconds']:8.1f} {later[name]:13.1f} {later[name] / later['base']:7.2f} "
+            f"{record['train_seconds']:8.0f} {record['peak_rss_mb']:13.0f}  " + " ".join(f"{e['seconds']:.0f}" for e in epochs)
+        )
 
 
 if __name__ == "__main__":

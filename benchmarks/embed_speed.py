@@ -8,6 +8,7 @@ runs in a fresh process, so peak RSS is its own. Run by hand:
 
     python benchmarks/embed_speed.py [--threads 2] [--sentences 2000] [--configs small original]
 """
+
 import argparse
 import json
 import resource
@@ -146,8 +147,7 @@ def main() -> None:
         for batch in args.batch_sizes:
             results = {}
             for mode in args.modes:
-                command = [sys.executable, __file__, "--one", config_name, mode, str(batch),
-                           "--sentences", str(args.sentences), "--threads", str(args.threads)]
+                command = [sys.executable, __file__, "--one", config_name, mode, str(batch), "--sentences", str(args.sentences), "--threads", str(args.threads)]
                 line = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
                 results[mode] = json.loads(line)
                 r = results[mode]

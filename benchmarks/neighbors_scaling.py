@@ -10,6 +10,7 @@ processes, so each peak RSS is its own. Run by hand:
 
     python benchmarks/neighbors_scaling.py [--sizes 100000 1000000 2400000 10000000] [--width 512]
 """
+
 import argparse
 import json
 import os
@@ -95,22 +96,36 @@ def main() -> None:
     print(f"{cpu_name()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"numpy {numpy.__version__}, torch {torch.__version__}")
     print(f"width {args.width}, float16 rows, top-{args.k}, chunks of {args.chunk_rows} rows, {args.queries} queries per size")
-    columns = [("tokens", 10), ("index MiB", 10), ("B/token", 8), ("write s", 8), ("first s", 8), ("median s", 9),
-               ("cpu s", 7), ("peak RSS MiB", 13), ("RssAnon MiB", 12)]
+    columns = [
+        ("tokens", 10),
+        ("index MiB", 10),
+        ("B/token", 8),
+        ("write s", 8),
+        ("first s", 8),
+        ("median s", 9),
+        ("cpu s", 7),
+        ("peak RSS MiB", 13),
+        ("RssAnon MiB", 12),
+    ]
     print(" ".join(name.rjust(width) for name, width in columns))
     for n_tokens in args.sizes:
         folder = Path(tempfile.mkdtemp(prefix="neighbors-scaling-", dir=args.dir))
         try:
-            common = ["--width", str(args.width), "--k", str(args.k), "--queries", str(args.queries),
-                      "--chunk-rows", str(args.chunk_rows)]
+            common = ["--width", str(args.width), "--k", str(args.k), "--queries", str(args.queries), "--chunk-rows", str(args.chunk_rows)]
             written = run_child(["--write", str(folder), str(n_tokens), *common])
             timed = run_child(["--query", str(folder), *common])
         finally:
             shutil.rmtree(folder)
         values = [
-            str(n_tokens), f"{written['bytes'] / 2**20:.0f}", f"{written['bytes'] / n_tokens:.0f}", f"{written['write_s']:.1f}",
-            f"{timed['first_s']:.3f}", f"{timed['median_s']:.3f}", f"{timed['median_cpu_s']:.3f}",
-            f"{timed['peak_rss_mib']:.0f}", f"{timed['rss_anon_mib']:.0f}",
+            str(n_tokens),
+            f"{written['bytes'] / 2**20:.0f}",
+            f"{written['bytes'] / n_tokens:.0f}",
+            f"{written['write_s']:.1f}",
+            f"{timed['first_s']:.3f}",
+            f"{timed['median_s']:.3f}",
+            f"{timed['median_cpu_s']:.3f}",
+            f"{timed['peak_rss_mib']:.0f}",
+            f"{timed['rss_anon_mib']:.0f}",
         ]
         print(" ".join(value.rjust(width) for value, (_, width) in zip(values, columns)))
 

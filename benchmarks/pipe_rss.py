@@ -9,6 +9,7 @@ MODEL: anything the `elmo` component loads. TEXT: one doc per line, cycled until
 docs (or `--minutes` of wall clock, for a soak) have been processed. Each doc's vectors are
 read (the mixed vector of its first token) and then dropped, as a streaming user would.
 """
+
 import argparse
 import csv
 import itertools

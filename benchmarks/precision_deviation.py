@@ -6,11 +6,12 @@ and the mean / min cosine over all token vectors of all layers. Run by hand:
 
     python benchmarks/precision_deviation.py
 """
+
 from pathlib import Path
 
 import torch
-
 from embed_speed import load_sentences
+
 from spacy_elmo.io import load_public_model
 from spacy_elmo.nn.embedder import Embedder
 
@@ -32,10 +33,7 @@ def main() -> None:
         x, y = torch.cat(a), torch.cat(b)
         keep = x.norm(dim=1) > 0
         cosine = torch.nn.functional.cosine_similarity(x[keep], y[keep], dim=1)
-        print(
-            f"{precision}: max |diff| {(x - y).abs().max():.3g}, "
-            f"mean cosine {cosine.mean():.6f}, min cosine {cosine.min():.5f}"
-        )
+        print(f"{precision}: max |diff| {(x - y).abs().max():.3g}, mean cosine {cosine.mean():.6f}, min cosine {cosine.min():.5f}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ The table (also OUT_DIR/sweep.md and sweep.json) gives the steps, training token
 time, tokens/s and the dev perplexity of each evaluation. Dev perplexities are comparable
 only between trials with the same vocabulary (the same corpus).
 """
+
 import argparse
 import json
 import os
@@ -149,7 +150,8 @@ def main() -> None:
         time.sleep(2)
     rows = [summarize(name, overrides, args.out_dir / name) for name, overrides in trials.items()]
     budget = f"{args.seconds} s" if args.seconds else f"{args.steps} steps"
-    text = f"Base config {args.config.name}, corpus {args.corpus}, {budget}, seed {args.seed}, {args.jobs} trials at once with {args.threads} thread(s) each.\n\n{table(rows)}\n"
+    setup = f"Base config {args.config.name}, corpus {args.corpus}, {budget}, seed {args.seed}"
+    text = f"{setup}, {args.jobs} trials at once with {args.threads} thread(s) each.\n\n{table(rows)}\n"
     (args.out_dir / "sweep.md").write_text(text, encoding="utf-8")
     (args.out_dir / "sweep.json").write_text(json.dumps(rows, indent=2), encoding="utf-8")
     print(text)

@@ -6,6 +6,7 @@ between different-sense uses, per ELMo layer and for the pipeline's mix. Run by 
 
 With --corpus, first checks that no test sentence occurs in the training text.
 """
+
 import argparse
 import itertools
 from pathlib import Path
@@ -74,7 +75,7 @@ def main() -> None:
         a, b = word_vectors(nlp, first, word), word_vectors(nlp, second, word)
         cells = []
         for column in range(n_layers):  # the LSTM layers, then the mix (the last column)
-            vector = (lambda v: v[0][column + 1]) if column < n_layers - 1 else (lambda v: v[1])
+            vector = (lambda v, column=column: v[0][column + 1]) if column < n_layers - 1 else (lambda v: v[1])
             same = numpy.mean([cosine(vector(x), vector(y)) for uses in (a, b) for x, y in itertools.combinations(uses, 2)])
             different = numpy.mean([cosine(vector(x), vector(y)) for x, y in itertools.product(a, b)])
             cells.append(f"{same:10.3f} / {different:.3f}")

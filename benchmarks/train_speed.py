@@ -14,6 +14,7 @@ step: forward and backward matrix products and convolutions) x tokens/s / the GF
 also prints where a step's time goes (data, forward, backward, optimizer) and the
 operators that take the most of it.
 """
+
 import argparse
 import json
 import resource
@@ -161,8 +162,24 @@ def main() -> None:
     profiles = []
     for config in args.configs:
         for precision in precisions:
-            command = [sys.executable, __file__, "--one", config, "--precision", precision, "--corpus", args.corpus, "--steps", str(args.steps),
-                       "--threads", str(args.threads), "--device", args.device, "--tokens-per-batch", str(args.tokens_per_batch)]
+            command = [
+                sys.executable,
+                __file__,
+                "--one",
+                config,
+                "--precision",
+                precision,
+                "--corpus",
+                args.corpus,
+                "--steps",
+                str(args.steps),
+                "--threads",
+                str(args.threads),
+                "--device",
+                args.device,
+                "--tokens-per-batch",
+                str(args.tokens_per_batch),
+            ]
             if args.profile:
                 command.append("--profile")
             result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])

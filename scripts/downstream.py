@@ -11,6 +11,7 @@ overrides (seed, step budget, data, and a callback that logs epoch times and pea
 run that finished with the same inputs is not trained again, so an interrupted `train`
 continues with the next unfinished run (an interrupted run restarts).
 """
+
 import hashlib
 import json
 import shutil
@@ -100,8 +101,21 @@ def train(
             continue
         typer.echo(f"[{number}/{len(runs)}] {arm} seed {seed}: training {max_steps} steps in {run_dir}")
         shutil.rmtree(run_dir, ignore_errors=True)
-        command = [sys.executable, __file__, "run", str(configs[arm]), str(run_dir), "--seed", str(seed), "--max-steps", str(max_steps),
-                   "--train", str(train_path), "--dev", str(dev_path)]
+        command = [
+            sys.executable,
+            __file__,
+            "run",
+            str(configs[arm]),
+            str(run_dir),
+            "--seed",
+            str(seed),
+            "--max-steps",
+            str(max_steps),
+            "--train",
+            str(train_path),
+            "--dev",
+            str(dev_path),
+        ]
         if arm_bilm is not None:
             command += ["--bilm", str(arm_bilm)]
         result = subprocess.run(command)
@@ -121,7 +135,7 @@ def run(
     train_path: Path = typer.Option(..., "--train"),
     dev_path: Path = typer.Option(..., "--dev"),
     bilm: Optional[Path] = typer.Option(None),
-    setting: List[str] = typer.Option([], "--set", help="KEY=VALUE config override (VALUE in JSON), e.g. components.elmo.layer_cache=\"never\""),
+    setting: List[str] = typer.Option([], "--set", help='KEY=VALUE config override (VALUE in JSON), e.g. components.elmo.layer_cache="never"'),
 ) -> None:
     """One run, in this process: spacy train, then its seconds and peak RSS in run.json."""
     from spacy.cli.train import train as spacy_train
@@ -209,8 +223,8 @@ def arm_folders(elmo_arm: str) -> Dict[str, str]:
 def parse_seeds(seeds: str) -> List[int]:
     try:
         values = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"--seeds must be comma-separated integers, got {seeds!r}")
+    except ValueError as err:
+        raise typer.BadParameter(f"--seeds must be comma-separated integers, got {seeds!r}") from err
     if not values or len(set(values)) != len(values):
         raise typer.BadParameter(f"--seeds must list distinct integers, got {seeds!r}")
     return values
@@ -254,7 +268,9 @@ def summary_table(summary: Dict[str, Any], n_runs: Dict[str, int]) -> str:
     for metric in METRICS:
         base, elmo = summary["base"][metric], summary["elmo"][metric]
         rer = summary["relative_error_reduction"][metric]
-        lines.append(f"| `{metric}` | {100 * base['mean']:.2f} ± {100 * base['sd']:.2f} | {100 * elmo['mean']:.2f} ± {100 * elmo['sd']:.2f} | {100 * rer:+.1f}% |")
+        lines.append(
+            f"| `{metric}` | {100 * base['mean']:.2f} ± {100 * base['sd']:.2f} | {100 * elmo['mean']:.2f} ± {100 * elmo['sd']:.2f} | {100 * rer:+.1f}% |"
+        )
     for key, label in (("train_seconds", "training seconds"), ("words_per_second", "words/s at prediction"), ("peak_rss_mb", "peak RSS in training (MiB)")):
         base, elmo = summary["base"][key], summary["elmo"][key]
         lines.append(f"| {label} | {base['mean']:,.0f} ± {base['sd']:,.0f} | {elmo['mean']:,.0f} ± {elmo['sd']:,.0f} | |")

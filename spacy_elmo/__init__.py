@@ -1,4 +1,5 @@
 """spacy-elmo: ELMo deep contextualized word representations as a spaCy v3 component."""
+
 from .nn import BiLM, BiLMConfig
 from .pipeline import ElmoComponent, ElmoOutput, install_extensions, set_similarity_hooks
 

@@ -1,4 +1,5 @@
 """Fixtures for the reference data in ../shared."""
+
 from pathlib import Path
 
 import pytest

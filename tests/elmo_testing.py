@@ -1,4 +1,5 @@
 """Helpers shared by the tests: paths to the reference data and small random models."""
+
 import re
 from pathlib import Path
 
@@ -217,8 +218,6 @@ def project_run(project: Path, command: str, *args: str) -> str:
     import subprocess
     import sys
 
-    result = subprocess.run(
-        [sys.executable, "-m", "spacy", "project", "run", command, str(project), *args], capture_output=True, text=True, timeout=1800
-    )
+    result = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(project), *args], capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout

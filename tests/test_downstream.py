@@ -1,20 +1,19 @@
 """The `downstream` project workflow end to end on a toy slice of UD English EWT and a tiny
 biLM: both twins trained for two seeds, evaluated, compared; then the ELMo arm's pipeline
 packaged, installed into a fresh venv and predicting as before."""
+
 import json
 import subprocess
 import sys
 
-import spacy
-
 import pytest
+import spacy
 
 from elmo_testing import SHARED, copy_project, install_in_fresh_venv, project_run
 
 UD = SHARED / "data" / "ud-english-ewt"
 PREDICT = (
-    "import json, spacy, sys; nlp = spacy.load('en_ud_elmo'); "
-    "print(json.dumps([[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(sys.argv[1])]))"
+    "import json, spacy, sys; nlp = spacy.load('en_ud_elmo'); print(json.dumps([[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(sys.argv[1])]))"
 )
 
 
@@ -31,13 +30,21 @@ def toy_treebank(folder, sentences=(60, 15, 15)):
 
 def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
     project = copy_project(tmp_path / "project")
-    variables = ["--vars.ud_dir", str(toy_treebank(tmp_path / "ud")), "--vars.bilm", str(tiny_model_dir),
-                 "--vars.downstream_steps", "30", "--vars.downstream_seeds", "0,1"]
+    variables = [
+        "--vars.ud_dir",
+        str(toy_treebank(tmp_path / "ud")),
+        "--vars.bilm",
+        str(tiny_model_dir),
+        "--vars.downstream_steps",
+        "30",
+        "--vars.downstream_seeds",
+        "0,1",
+    ]
     output = project_run(project, "downstream", *variables)
 
     result = json.loads((project / "metrics" / "downstream.json").read_text())
     assert sorted(result["runs"]) == ["base", "elmo"]
-    for arm, runs in result["runs"].items():
+    for runs in result["runs"].values():
         assert [run["seed"] for run in runs] == [0, 1]
         for run in runs:
             assert all(0.0 <= run[metric] <= 1.0 for metric in ("tag_acc", "pos_acc", "morph_acc", "dep_uas", "dep_las"))
@@ -60,14 +67,31 @@ def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
     nlp = spacy.load(model)
     assert nlp.pipe_names == ["elmo", "tok2vec", "tagger", "morphologizer", "parser"]
     (tmp_path / "packages").mkdir()
-    subprocess.run([sys.executable, "-m", "spacy", "package", str(model), str(tmp_path / "packages"), "--name", "ud_elmo",
-                    "--version", "0.0.1", "--build", "sdist", "--force"], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spacy",
+            "package",
+            str(model),
+            str(tmp_path / "packages"),
+            "--name",
+            "ud_elmo",
+            "--version",
+            "0.0.1",
+            "--build",
+            "sdist",
+            "--force",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     sdist = next((tmp_path / "packages").glob("en_ud_elmo-0.0.1/dist/en_ud_elmo-0.0.1.tar.gz"))
     python = install_in_fresh_venv(tmp_path / "venv", sdist)
     text = "The bank approved the loan for the house."
     installed = subprocess.run([str(python), "-c", PREDICT, text], capture_output=True, text=True, check=True, timeout=300, cwd=tmp_path)
     assert json.loads(installed.stdout) == [[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(text)]
-
 
 
 def test_adapt_continues_the_bilm_on_the_task_text_with_its_vocabulary(tmp_path, toy_corpus):

@@ -1,5 +1,6 @@
 """Properties over arbitrary text: character ids, segmentation into windows, and the
 component's one finite row per token, the same alone and in a batch."""
+
 from typing import List, Optional
 
 import numpy
@@ -85,9 +86,7 @@ VOCAB = Vocab()
 
 @FAST
 @given(docs(VOCAB), st.booleans(), st.integers(1, 20), st.data())
-def test_segments_cover_every_non_space_token_once_within_sentences_and_windows(
-    doc: Doc, use_sentences: bool, window_size: int, data: st.DataObject
-) -> None:
+def test_segments_cover_every_non_space_token_once_within_sentences_and_windows(doc: Doc, use_sentences: bool, window_size: int, data: st.DataObject) -> None:
     overlap = data.draw(st.integers(0, window_size - 1))
     segments = doc_segments(doc, 3, use_sentences, window_size, overlap)
     kept = sorted(i for s in segments for i in s.token_indices[s.keep_start : s.keep_end])

@@ -1,4 +1,5 @@
 """The README's Python examples run as written, with the test model's files put in."""
+
 import re
 from pathlib import Path
 

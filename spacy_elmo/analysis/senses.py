@@ -6,6 +6,7 @@ give the same map every time. `ambiguous_words` picks words worth mapping. Vecto
 scaled to unit length before PCA and k-means, so distances follow the cosine similarity
 the pipeline's similarity hooks use.
 """
+
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple

@@ -6,6 +6,7 @@ pipeline of the right language; `read_docs` reads a DocBin or a text file; `embe
 the component over docs with a progress bar, so every analysis sees exactly the vectors
 `doc._.elmo` holds.
 """
+
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 

@@ -1,4 +1,5 @@
 """The typer app every command module registers with, and clean errors for its commands."""
+
 import contextlib
 from typing import Iterator
 

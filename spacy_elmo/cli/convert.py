@@ -1,5 +1,6 @@
 """`convert` (public weights -> spaCy pipeline), `assemble` (trained biLM -> spaCy pipeline)
 and `export` (-> public weights)."""
+
 from pathlib import Path
 from typing import Union
 
@@ -12,7 +13,7 @@ from .app import app, clean_errors
 
 
 def parse_mix(mix: str) -> Union[str, int]:
-    """"average", "top" or a layer index as typed on the command line."""
+    """ "average", "top" or a layer index as typed on the command line."""
     return int(mix) if mix.lstrip("-").isdigit() else mix
 
 
@@ -58,9 +59,7 @@ def assemble(
     save_pipeline(bilm, output_dir, lang, name, version, mix, sentencizer, f"ELMo vectors from a biLM pretrained with spacy-elmo ({model.name})")
 
 
-def save_pipeline(
-    bilm: BiLM, output_dir: Path, lang: str, name: str, version: str, mix: str, sentencizer: bool, description: str
-) -> None:
+def save_pipeline(bilm: BiLM, output_dir: Path, lang: str, name: str, version: str, mix: str, sentencizer: bool, description: str) -> None:
     """Write a blank `lang` pipeline (plus a sentencizer) whose `elmo` component holds `bilm`."""
     with clean_errors():
         nlp = spacy.blank(lang)

@@ -1,4 +1,5 @@
 """`corpus`: prepare text for biLM pretraining (bilm-tf layout)."""
+
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +26,16 @@ def corpus(
     """Tokenize, sentence-split, deduplicate, shuffle and split a corpus; write its vocabulary."""
     with clean_errors():
         stats = prepare_corpus(
-            input_path, output_dir, lang, seed, dev_fraction, test_fraction, sentences_per_shard, min_count, max_vocab, vocab,
+            input_path,
+            output_dir,
+            lang,
+            seed,
+            dev_fraction,
+            test_fraction,
+            sentences_per_shard,
+            min_count,
+            max_vocab,
+            vocab,
             max_document_chars,
         )
     typer.echo(

@@ -1,4 +1,5 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
+
 import hashlib
 import json
 import time
@@ -30,9 +31,7 @@ def dump(
     average: bool = typer.Option(False, "--average", help="The mean of all layers: (n_tokens, 2P)"),
     options: Optional[Path] = typer.Option(None, help="options.json when MODEL is a public .hdf5 file"),
     use_sentence_keys: bool = typer.Option(False, help="Key datasets by sentence text instead of line index"),
-    forget_sentences: bool = typer.Option(
-        False, help="Do not write sentence_to_index (it holds the whole input's text in memory)"
-    ),
+    forget_sentences: bool = typer.Option(False, help="Do not write sentence_to_index (it holds the whole input's text in memory)"),
     batch_tokens: int = typer.Option(4096, help="Token budget per biLM batch"),
     cache_size: int = typer.Option(50_000, help="Token encodings kept in the LRU cache"),
     precision: str = typer.Option("fp32", help="fp32 (exact), bf16 or int8"),
@@ -44,8 +43,9 @@ def dump(
     if sum((all_layers, top, average)) != 1:
         raise typer.BadParameter("give exactly one of --all, --top, --average")
     with clean_errors():
-        ElmoSettings(batch_tokens=batch_tokens, window_size=1, window_overlap=0, device=device,
-                     num_threads=threads, token_cache_size=cache_size, precision=precision)
+        ElmoSettings(
+            batch_tokens=batch_tokens, window_size=1, window_overlap=0, device=device, num_threads=threads, token_cache_size=cache_size, precision=precision
+        )
         if not output_file.parent.is_dir():
             raise ValueError(f"{output_file.parent}: output directory not found")
         n_lines, n_tokens = scan_input(input_file, use_sentence_keys)
@@ -86,14 +86,10 @@ def scan_input(path: Path, use_sentence_keys: bool) -> Tuple[int, int]:
                 raise ValueError(f"{path} line {number} is empty; every line must hold a sentence")
             if use_sentence_keys:
                 if "/" in sentence or "\x00" in sentence or sentence == ".":
-                    raise ValueError(
-                        f"{path} line {number} cannot be an HDF5 key ('/', NUL or a lone '.'): drop --use-sentence-keys"
-                    )
+                    raise ValueError(f"{path} line {number} cannot be an HDF5 key ('/', NUL or a lone '.'): drop --use-sentence-keys")
                 digest = hashlib.blake2b(sentence.encode("utf-8"), digest_size=16).digest()
                 if digest in seen:
-                    raise ValueError(
-                        f"{path} line {number} repeats an earlier sentence: drop --use-sentence-keys to keep both"
-                    )
+                    raise ValueError(f"{path} line {number} repeats an earlier sentence: drop --use-sentence-keys to keep both")
                 seen.add(digest)
             n_lines += 1
             n_tokens += len(sentence.split())

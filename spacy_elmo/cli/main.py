@@ -1,4 +1,5 @@
 """`python -m spacy_elmo`: command-line entry points."""
+
 from pathlib import Path
 from typing import Optional
 

@@ -1,5 +1,6 @@
 """`neighbors`: the nearest uses of a word in context over a corpus, next to the nearest
 words of the context-free layer 0 (the paper's Table 4)."""
+
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -35,9 +36,7 @@ def neighbors(
     occurrence: int = typer.Option(1, help="Which use of --word in --sentence (1: the first)"),
     layer: int = typer.Option(-1, help="Contextual layer to search, 1..L; negative counts from the top (-1: top)"),
     top: int = typer.Option(10, "-k", "--top", help="How many uses and words to show"),
-    index: Optional[Path] = typer.Option(
-        None, help="Index folder (default: $XDG_CACHE_HOME/spacy_elmo/neighbors/CORPUS-KEY, ~/.cache without XDG_CACHE_HOME)"
-    ),
+    index: Optional[Path] = typer.Option(None, help="Index folder (default: $XDG_CACHE_HOME/spacy_elmo/neighbors/CORPUS-KEY, ~/.cache without XDG_CACHE_HOME)"),
     options: Optional[Path] = typer.Option(None, help="options.json when MODEL is a public .hdf5 file"),
     limit: int = typer.Option(0, help="Index at most this many docs of CORPUS (0: all)"),
     batch_tokens: int = typer.Option(4096, help="Token budget per biLM batch while indexing"),
@@ -80,9 +79,7 @@ def _table(header: List[str], rows: List[List[str]]) -> str:
     return "\n".join("  " + "  ".join(line) for line in padded)
 
 
-def _results(
-    query: Query, layer: int, corpus_index: NeighborIndex, uses: List[Use], words: List[WordMatch]
-) -> Dict[str, Any]:
+def _results(query: Query, layer: int, corpus_index: NeighborIndex, uses: List[Use], words: List[WordMatch]) -> Dict[str, Any]:
     """The query and both columns as JSON-ready data."""
     return {
         "query": {"word": query.word, "sentence": query.sentence, "position": query.position, "layer": layer},

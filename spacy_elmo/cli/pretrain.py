@@ -1,8 +1,9 @@
 """`pretrain` (train a biLM from a config) and `evaluate` (exact perplexity on a text)."""
+
 import json
+import logging
 import os
 import re
-import logging
 from pathlib import Path
 from typing import Optional
 
@@ -14,7 +15,8 @@ from ..training.config import load_config
 from ..training.data import read_sentences
 from ..training.distributed import pick_device
 from ..training.perplexity import perplexity
-from ..training.trainer import TrainingInterrupted, pretrain as run_pretraining
+from ..training.trainer import TrainingInterrupted
+from ..training.trainer import pretrain as run_pretraining
 from .app import app, clean_errors
 
 
@@ -25,7 +27,9 @@ def pretrain(
     output_dir: Path = typer.Argument(..., help="Where checkpoints, metrics.jsonl, model-best/ and model-last/ go"),
     resume: bool = typer.Option(False, "--resume", help="Continue the training in OUTPUT_DIR from checkpoints/last.pt"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete an earlier training's checkpoints, models and metrics in OUTPUT_DIR first"),
-    auto_resume: bool = typer.Option(False, "--auto-resume", help="Resume if OUTPUT_DIR's checkpoint fits this config and corpus, else start afresh (replacing it)"),
+    auto_resume: bool = typer.Option(
+        False, "--auto-resume", help="Resume if OUTPUT_DIR's checkpoint fits this config and corpus, else start afresh (replacing it)"
+    ),
     init_from: Optional[Path] = typer.Option(None, help="Start from this model directory or pipeline (same as --paths.init_from)"),
     progress: bool = typer.Option(True, help="Show a progress bar"),
 ) -> None:
@@ -42,11 +46,11 @@ def pretrain(
         config = load_config(config_path, overrides)
         try:
             done = run_pretraining(config, output_dir, resume, overwrite, progress, auto_resume)
-        except TrainingInterrupted:
+        except TrainingInterrupted as interrupted:
             if os.environ.get("RANK", "0") == "0":
                 again = " ".join(["pretrain", str(config_path), str(output_dir), *ctx.args, "--resume"])
                 typer.echo(f"Interrupted; checkpoints/last.pt holds the last step. Continue with the same launcher and: {again}", err=True)
-            raise typer.Exit(130)
+            raise typer.Exit(130) from interrupted
     best = f"{done.best_dev_perplexity:.2f} at step {done.best_step}" if done.best_dev_perplexity else "n/a (no dev set)"
     typer.echo(
         f"Trained {done.step} steps, {done.tokens:,} tokens in {done.elapsed_seconds:.0f} s "

@@ -1,4 +1,5 @@
 """`probe`: per-layer linear probes of a biLM on labelled docs (UD part of speech, tags, ...)."""
+
 import json
 from pathlib import Path
 from typing import Optional
@@ -46,8 +47,16 @@ def probe(
     typer.echo(report.table())
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        record = {"model": str(model), "data": str(data), "eval": str(eval_data) if eval_data else None,
-                  "eval_fraction": None if eval_data else eval_fraction, "seed": seed, "mix": mix_setting,
-                  "l2": l2, "max_iter": max_iter, **report.to_dict()}
+        record = {
+            "model": str(model),
+            "data": str(data),
+            "eval": str(eval_data) if eval_data else None,
+            "eval_fraction": None if eval_data else eval_fraction,
+            "seed": seed,
+            "mix": mix_setting,
+            "l2": l2,
+            "max_iter": max_iter,
+            **report.to_dict(),
+        }
         output.write_text(json.dumps(record, indent=2), encoding="utf-8")
         typer.echo(f"-> {output}")

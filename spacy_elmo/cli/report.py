@@ -1,4 +1,5 @@
 """`report`: a one-page HTML report of a model; `plot ...`: its figures as PNGs."""
+
 import contextlib
 from pathlib import Path
 from typing import Iterator, List, Optional
@@ -34,8 +35,18 @@ def report(
 
     with clean_errors():
         written = write_report(
-            model, output, options=options, metrics=metrics, corpus=corpus, limit=limit, probe=probe,
-            evaluations=evaluation, words=word, n_words=n_words, layer=layer, clusters=clusters,
+            model,
+            output,
+            options=options,
+            metrics=metrics,
+            corpus=corpus,
+            limit=limit,
+            probe=probe,
+            evaluations=evaluation,
+            words=word,
+            n_words=n_words,
+            layer=layer,
+            clusters=clusters,
         )
     typer.echo(f"report -> {written}")
 

@@ -1,5 +1,6 @@
 """`validate`: what a model directory, pipeline, public weight file or training checkpoint
 holds, or every problem found in it."""
+
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
@@ -261,9 +262,8 @@ def checkpoint_facts(content: Dict[str, Any], config: Optional[PretrainConfig], 
     progress = content.get("progress")
     if isinstance(progress, dict):
         best = progress.get("best_dev_perplexity")
-        facts["training"] = (
-            f"step {progress.get('step')}, {progress.get('tokens')} tokens, {progress.get('skipped_steps')} skipped steps, "
-            + (f"best dev perplexity {best:.4g} at step {progress.get('best_step')}" if isinstance(best, float) else "no dev perplexity yet")
+        facts["training"] = f"step {progress.get('step')}, {progress.get('tokens')} tokens, {progress.get('skipped_steps')} skipped steps, " + (
+            f"best dev perplexity {best:.4g} at step {progress.get('best_step')}" if isinstance(best, float) else "no dev perplexity yet"
         )
     if isinstance(content.get("rng"), list):
         facts["processes"] = str(len(content["rng"]))

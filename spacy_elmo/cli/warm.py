@@ -1,4 +1,5 @@
 """`warm`: store a fixed initial LSTM state computed from warm-up text."""
+
 from pathlib import Path
 from typing import List
 

@@ -1,4 +1,5 @@
 """Weight formats: the public ELMo hdf5 + options json, and the project's model directory."""
+
 from .errors import ModelFileError
 from .lm_head import load_lm_head, save_lm_head
 from .model_dir import find_model_dir, is_model_dir, load_model, load_model_config, model_from_bytes, model_to_bytes, save_model

@@ -1,4 +1,5 @@
 """The error every loader raises for a missing, corrupt or mismatching model file."""
+
 from pathlib import Path
 from typing import Union
 

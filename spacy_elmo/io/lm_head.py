@@ -1,5 +1,6 @@
 """The language-model softmax kept beside a trained biLM (`softmax.npz` in its model
 directory), so the model can be evaluated exactly later. Read with `allow_pickle=False`."""
+
 import io
 from pathlib import Path
 from typing import Tuple, Union

@@ -4,6 +4,7 @@ for a word-level biLM `words.json` (its vocabulary, a JSON list of strings).
 Weights are a NumPy archive read with `allow_pickle=False`, so loading never unpickles
 anything. The same content travels as bytes (for `nlp.to_bytes`) in a msgpack map.
 """
+
 import io
 import json
 import zipfile
@@ -140,9 +141,7 @@ def _weights_to_npz(bilm: BiLM) -> bytes:
     return buffer.getvalue()
 
 
-def _build(
-    header: Any, weights: bytes, words: Optional[List[str]], config_source: Any, weights_source: Any, words_source: Any
-) -> BiLM:
+def _build(header: Any, weights: bytes, words: Optional[List[str]], config_source: Any, weights_source: Any, words_source: Any) -> BiLM:
     config = _config_from_header(header, config_source)
     if (config.token_encoder == "words") != (words is not None):
         raise ModelFileError(config_source, f"token_encoder {config.token_encoder!r} and the presence of a word vocabulary disagree")
@@ -158,14 +157,10 @@ def _build(
     missing = sorted(set(expected) - set(arrays))
     unexpected = sorted(set(arrays) - set(expected))
     if missing or unexpected:
-        raise ModelFileError(
-            weights_source, f"weights do not match the configuration (missing {missing}, unexpected {unexpected})"
-        )
+        raise ModelFileError(weights_source, f"weights do not match the configuration (missing {missing}, unexpected {unexpected})")
     for name, array in arrays.items():
         if tuple(array.shape) != tuple(expected[name].shape):
-            raise ModelFileError(
-                weights_source, f"{name} has shape {array.shape}, the configuration calls for {tuple(expected[name].shape)}"
-            )
+            raise ModelFileError(weights_source, f"{name} has shape {array.shape}, the configuration calls for {tuple(expected[name].shape)}")
         if array.dtype.kind != "f":
             raise ModelFileError(weights_source, f"{name} has dtype {array.dtype}, expected floating point")
     bilm.load_state_dict({name: torch.from_numpy(array.astype(numpy.float32)) for name, array in arrays.items()})

@@ -1,4 +1,5 @@
 """The public ELMo `options.json` (bilm-tf / AllenNLP) <-> `BiLMConfig`."""
+
 import json
 from pathlib import Path
 from typing import Any, Dict, Union

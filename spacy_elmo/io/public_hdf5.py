@@ -10,6 +10,7 @@ Layout of the file, for a biLM with F filters, K highways and L LSTM layers:
                                              .../W_P_0 (H, P)  absent when H == P
 d = 0 is the forward direction, 1 the backward one.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Union
@@ -79,9 +80,7 @@ def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
         )
     }
     for i, conv in enumerate(encoder.cnn.convs):
-        table[f"CNN/W_cnn_{i}"] = _param_entry(
-            conv.weight, lambda a: a[0].transpose(2, 1, 0), lambda a: a.transpose(2, 1, 0)[None]
-        )
+        table[f"CNN/W_cnn_{i}"] = _param_entry(conv.weight, lambda a: a[0].transpose(2, 1, 0), lambda a: a.transpose(2, 1, 0)[None])
         table[f"CNN/b_cnn_{i}"] = _param_entry(conv.bias, same, same)
     for k, highway in enumerate(encoder.highways):
         table[f"CNN_high_{k}/W_transform"] = _param_entry(highway.transform.weight, transpose, transpose)
@@ -118,9 +117,7 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
         _check_no_extra_layers(handle, bilm.config, path, options_file)
         for name, entry in table.items():
             if name not in handle:
-                raise ModelFileError(
-                    path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights"
-                )
+                raise ModelFileError(path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights")
             dataset = handle[name]
             if not isinstance(dataset, h5py.Dataset) or dataset.dtype.kind != "f":
                 raise ModelFileError(path, f"{name!r} is not a floating-point dataset")
@@ -132,8 +129,7 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
             if stored.shape != expected:
                 raise ModelFileError(
                     path,
-                    f"dataset {name!r} has shape {stored.shape}, but the options in {options_file} "
-                    f"call for {expected}",
+                    f"dataset {name!r} has shape {stored.shape}, but the options in {options_file} call for {expected}",
                 )
             if not numpy.all(numpy.isfinite(stored)):
                 raise ModelFileError(path, f"dataset {name!r} holds NaN or infinite values")

@@ -5,6 +5,7 @@ Files are read with this package's readers, so the checks see what loading sees,
 go on after a problem to list them all. When none is found the loader itself loads the
 model, and any error it raises is a problem too. Nothing is unpickled.
 """
+
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,9 +121,7 @@ def value_problems(arrays: Mapping[str, numpy.ndarray], source: object) -> List[
     return problems
 
 
-def shape_problems(
-    arrays: Mapping[str, numpy.ndarray], expected: Mapping[str, Shape], source: object, config_source: object
-) -> List[str]:
+def shape_problems(arrays: Mapping[str, numpy.ndarray], expected: Mapping[str, Shape], source: object, config_source: object) -> List[str]:
     """A problem for every tensor missing, unexpected or of another shape than `expected`."""
     problems = []
     missing = sorted(set(expected) - set(arrays))
@@ -139,9 +138,7 @@ def shape_problems(
     return problems
 
 
-def word_problems(
-    words: Sequence[str], arrays: Optional[Mapping[str, numpy.ndarray]], words_source: object, source: object
-) -> List[str]:
+def word_problems(words: Sequence[str], arrays: Optional[Mapping[str, numpy.ndarray]], words_source: object, source: object) -> List[str]:
     """Problems of a word-level biLM's vocabulary: invalid, or not one word per table row."""
     try:
         check_words(words)
@@ -215,9 +212,7 @@ def _float_datasets(handle: "h5py.File", weights: Path, report: Report) -> Dict[
     return arrays
 
 
-def _check_public_layout(
-    handle: "h5py.File", datasets: Mapping[str, numpy.ndarray], config: BiLMConfig, weights: Path, options: Path, report: Report
-) -> None:
+def _check_public_layout(handle: "h5py.File", datasets: Mapping[str, numpy.ndarray], config: BiLMConfig, weights: Path, options: Path, report: Report) -> None:
     """A problem for every dataset the options call for that is missing, not floating point
     or of another shape, and for layers the options do not describe."""
     import h5py
@@ -231,4 +226,3 @@ def _check_public_layout(
         elif name not in datasets and not (isinstance(handle[name], h5py.Dataset) and handle[name].dtype.kind == "f"):
             report.problem(weights, f"{name!r} is not a floating-point dataset")
     report.attempt(lambda: _check_no_extra_layers(handle, config, weights, options))
-

@@ -1,4 +1,5 @@
 """Pure PyTorch ELMo: character ids, token encoder, projected LSTMs, the biLM, scalar mix."""
+
 from .bilm import BiLM, BiLMOutput, BiLMState, StatefulBiLM
 from .chars import batch_to_char_ids, token_to_char_ids
 from .config import BiLMConfig

@@ -3,6 +3,7 @@
 The forward and backward stacks never see each other: a bidirectional multi-layer
 `nn.LSTM` would leak the future into the forward LM's upper layers.
 """
+
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy
@@ -46,8 +47,7 @@ class LSTMStack(nn.Module):
         super().__init__()
         projection = config.projection_dim if config.projection_dim != config.lstm_dim else None
         self.layers = nn.ModuleList(
-            ProjectedLSTM(config.projection_dim, config.lstm_dim, projection, config.cell_clip, config.proj_clip)
-            for _ in range(config.n_layers)
+            ProjectedLSTM(config.projection_dim, config.lstm_dim, projection, config.cell_clip, config.proj_clip) for _ in range(config.n_layers)
         )
         self.use_skip_connections = config.use_skip_connections
 
@@ -188,9 +188,7 @@ class BiLM(nn.Module):
         layers = layers * mask.unsqueeze(0).unsqueeze(-1)
         return BiLMOutput(layers[:, run.restore], mask[run.restore], run.final_state)
 
-    def top_states(
-        self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def top_states(self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
         """For language-model training: the top forward and backward outputs over each
         framed sentence (<S> tokens </S>), both (batch, time + 2, P) in input row order,
         position j of a row of length n holding <S> at 0, its tokens at 1..n, </S> at n + 1.
@@ -234,9 +232,7 @@ class BiLM(nn.Module):
         sorted_state = None
         if state is not None:
             sorted_state = [[(h[order], c[order]) for h, c in direction] for direction in state]
-        forward_layers, forward_final = self.forward_stack(
-            framed, batch_sizes, sorted_state[0] if sorted_state else None, dropout
-        )
+        forward_layers, forward_final = self.forward_stack(framed, batch_sizes, sorted_state[0] if sorted_state else None, dropout)
         backward_layers, backward_final = self.backward_stack(
             reverse_within_length(framed, framed_lengths),
             batch_sizes,
@@ -249,10 +245,8 @@ class BiLM(nn.Module):
 
     def warm_state_rows(self, batch: int) -> BiLMState:
         """The stored warm state repeated for `batch` rows."""
-        return [
-            [(self.warm_h[d, l].expand(batch, -1), self.warm_c[d, l].expand(batch, -1)) for l in range(self.config.n_layers)]
-            for d in range(2)
-        ]
+        layers = range(self.config.n_layers)
+        return [[(self.warm_h[d, k].expand(batch, -1), self.warm_c[d, k].expand(batch, -1)) for k in layers] for d in range(2)]
 
     @staticmethod
     def _check_lengths(lengths: Union[torch.Tensor, Sequence[int]], batch: int, time: int, device) -> torch.Tensor:
@@ -265,9 +259,7 @@ class BiLM(nn.Module):
             raise ValueError(f"sentence lengths must lie in 1..{time} (the padded length), got {lengths.tolist()}")
         return lengths
 
-    def _empty_output(
-        self, batch: int, time: int, like: torch.Tensor, state: Optional[BiLMState]
-    ) -> BiLMOutput:
+    def _empty_output(self, batch: int, time: int, like: torch.Tensor, state: Optional[BiLMState]) -> BiLMOutput:
         layers = like.new_zeros(self.n_output_layers, batch, time, self.config.output_dim, dtype=torch.float32)
         mask = torch.zeros(batch, time, dtype=torch.bool, device=like.device)
         return BiLMOutput(layers, mask, state if state is not None else self.zero_state(batch))
@@ -300,10 +292,7 @@ class StatefulBiLM:
         initial = [[(h[:batch], c[:batch]) for h, c in direction] for direction in self.state]
         output = self.bilm(input_ids, lengths, initial)
         self.state = [
-            [
-                (torch.cat([h_new.detach(), h[batch:]]), torch.cat([c_new.detach(), c[batch:]]))
-                for (h_new, c_new), (h, c) in zip(new, old)
-            ]
+            [(torch.cat([h_new.detach(), h[batch:]]), torch.cat([c_new.detach(), c[batch:]])) for (h_new, c_new), (h, c) in zip(new, old)]
             for new, old in zip(output.state, self.state)
         ]
         return output

@@ -4,6 +4,7 @@ Ids follow bilm-tf/AllenNLP: bytes 0..255, begin-of-sentence 256, end-of-sentenc
 begin-of-word 258, end-of-word 259, padding 260, all shifted by +1 so that an all-zero
 row marks a padded (absent) token.
 """
+
 from typing import Sequence
 
 import numpy
@@ -53,4 +54,3 @@ def batch_to_char_ids(sentences: Sequence[Sequence[str]], width: int = MAX_CHARA
         for col, token in enumerate(sentence):
             out[row, col] = token_to_char_ids(token, width)
     return out
-

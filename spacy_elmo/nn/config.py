@@ -1,4 +1,5 @@
 """Hyperparameters of an ELMo biLM, independent of any file format."""
+
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional, Tuple
 

@@ -5,6 +5,7 @@ token encoder (the char-CNN and highways, or the word table) runs once per disti
 the string stays in a bounded LRU cache). The cache assumes frozen weights: call `clear()`
 after changing them. Calls from several threads are serialized.
 """
+
 import threading
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence

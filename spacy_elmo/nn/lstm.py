@@ -8,6 +8,7 @@ projection is one matrix product over all packed rows; the loop only does the re
 product and the gate arithmetic. In training, a hand-written backward pass through time
 leaves the weight gradients to one matrix product each.
 """
+
 from typing import List, NamedTuple, Optional, Tuple
 
 import torch
@@ -61,9 +62,7 @@ class ProjectedLSTM(nn.Module):
         c = like.new_zeros(batch_size, self.cell_dim, dtype=dtype)
         return h, c
 
-    def forward(
-        self, inputs: torch.Tensor, batch_sizes: List[int], state: Optional[LSTMState] = None
-    ) -> Tuple[torch.Tensor, LSTMState]:
+    def forward(self, inputs: torch.Tensor, batch_sizes: List[int], state: Optional[LSTMState] = None) -> Tuple[torch.Tensor, LSTMState]:
         """Run left to right over a length-sorted batch.
 
         inputs: (batch, time, input_dim), rows sorted by length, longest first.

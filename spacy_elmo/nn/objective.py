@@ -1,6 +1,7 @@
 """The biLM training objective (paper, section 3.1): a forward LM predicts each next token
 from the top forward layer, a backward LM each previous token from the top backward layer,
 through one softmax shared by both directions; the loss is the mean of the two."""
+
 from typing import NamedTuple, Sequence, Union
 
 import torch
@@ -39,9 +40,7 @@ class BiLMObjective(nn.Module):
         self.bilm = bilm
         self.head = head
 
-    def forward(
-        self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], token_ids: torch.Tensor
-    ) -> LMLoss:
+    def forward(self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], token_ids: torch.Tensor) -> LMLoss:
         """input_ids: (batch, time, *id_shape) what the biLM reads (`BiLM.input_ids`);
         lengths: (batch,); token_ids: (batch, time) softmax vocabulary ids of the tokens
         (any value past a row's length)."""

@@ -7,6 +7,7 @@ per output channel and the activations dynamically per call; the char-CNN (or wo
 Because activation scales are set per call, int8 vectors depend slightly on the rest of
 the batch: only fp32 and bf16 keep the determinism contract.
 """
+
 import contextlib
 import copy
 import warnings

@@ -1,4 +1,5 @@
 """The paper's task-specific layer mix: gamma * sum_j softmax(s)_j * h_j."""
+
 from typing import Optional, Sequence
 
 import torch

@@ -7,12 +7,12 @@ a log-uniform (Zipfian) distribution over a vocabulary sorted by descending freq
 set per batch, logits corrected by the log of each id's expected count, and accidental hits
 (a negative equal to the target) removed.
 """
+
 import math
 from typing import Tuple
 
 import torch
 from torch import nn
-
 
 EVAL_ROWS = 1024
 """Rows per chunk of an evaluation-time softmax."""

@@ -5,6 +5,7 @@ stays exact: the padding character has a learned embedding, so every window that
 wholly inside that run has the same value per filter (`padding_window_values`), which is
 taken into the max for the tokens that have such a window.
 """
+
 from typing import List, Optional, Sequence
 
 import numpy
@@ -41,9 +42,7 @@ class CharCNN(nn.Module):
 
     def __init__(self, config: BiLMConfig) -> None:
         super().__init__()
-        self.convs = nn.ModuleList(
-            nn.Conv1d(config.char_embedding_dim, n_filters, width) for width, n_filters in config.filters
-        )
+        self.convs = nn.ModuleList(nn.Conv1d(config.char_embedding_dim, n_filters, width) for width, n_filters in config.filters)
         self.widths = [width for width, _ in config.filters]
         self.n_chars = config.max_characters_per_token
         self.activation = torch.relu if config.activation == "relu" else torch.tanh

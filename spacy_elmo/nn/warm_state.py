@@ -8,8 +8,9 @@ warm-up happens once: the warm-up sentences run statefully in parallel rows, and
 final states, averaged over rows, become every row's initial state. Outputs stay
 deterministic and independent of batch composition.
 """
-import math
+
 import dataclasses
+import math
 from typing import List, Sequence
 
 import torch
@@ -42,9 +43,9 @@ def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 
             runner(ids, [len(s) for s in batch])
         assert runner.state is not None
         for d, direction in enumerate(runner.state):
-            for l, (h, c) in enumerate(direction):
-                warm.warm_h[d, l] = h[:rows].mean(dim=0)
-                warm.warm_c[d, l] = c[:rows].mean(dim=0)
+            for k, (h, c) in enumerate(direction):
+                warm.warm_h[d, k] = h[:rows].mean(dim=0)
+                warm.warm_c[d, k] = c[:rows].mean(dim=0)
     return warm.eval()
 
 

@@ -5,6 +5,7 @@ travels with the model. It starts with `<S>`, `</S>`, `<UNK>`: the first two enc
 sentence boundaries, the third every string outside the vocabulary, the empty string and
 the literal strings "<S>" and "</S>" (so that text never looks like a boundary).
 """
+
 from typing import Dict, Sequence, Tuple
 
 import numpy

@@ -1,4 +1,5 @@
 """The spaCy side: the `elmo` component, `._.elmo` extensions and similarity hooks."""
+
 from . import architectures, callbacks  # noqa: F401  (register the thinc architectures and training callbacks)
 from .architectures import LearnedMix, learned_mixes
 from .component import ElmoComponent, load_bilm, make_elmo

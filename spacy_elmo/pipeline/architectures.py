@@ -21,6 +21,7 @@ needed without one. spaCy initializes components on docs that no upstream compon
 annotated: until a mix has seen annotated docs, it gives zeros for unannotated docs outside
 training (spaCy's own listeners do the same); an unannotated doc in training is an error.
 """
+
 from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
 
 from spacy.tokens import Doc
@@ -173,13 +174,11 @@ def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
     if not provisional and any(current[dim] != wanted[dim] for dim in current):
         found = f"{current.get('nL', '?')} layers of width {current.get('nO', '?')}"
         reason = (
-            "its weights are for another biLM's layers" if has_weights
+            "its weights are for another biLM's layers"
+            if has_weights
             else "drop n_elmo_layers / elmo_width from its config (they are read from the elmo component)"
         )
-        raise ValueError(
-            f"{where}: an ELMo mix set up for {found}, but the elmo component's model gives "
-            f"{n_layers} layers of width {width}: {reason}"
-        )
+        raise ValueError(f"{where}: an ELMo mix set up for {found}, but the elmo component's model gives {n_layers} layers of width {width}: {reason}")
     for dim, value in wanted.items():
         model.set_dim(dim, value, force=True)
     model.attrs[SHAPE_GIVEN] = True

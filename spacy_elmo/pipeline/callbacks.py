@@ -1,4 +1,5 @@
 """Callbacks for spaCy's training loop."""
+
 import json
 import resource
 import sys

@@ -1,4 +1,5 @@
 """The `elmo` pipeline component: runs the biLM over docs and stores `doc._.elmo`."""
+
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -119,8 +120,7 @@ def _locate(weights: Union[str, Path], options: Optional[Union[str, Path]]) -> T
     """(model directory, None), or (public .hdf5 file, its options.json)."""
     if not weights:
         raise ValueError(
-            "the elmo component has no 'weights': give a spacy-elmo model directory, "
-            "or a public ELMo .hdf5 file together with 'options' (its options.json)"
+            "the elmo component has no 'weights': give a spacy-elmo model directory, or a public ELMo .hdf5 file together with 'options' (its options.json)"
         )
     path = Path(weights)
     if path.is_dir():

@@ -1,4 +1,5 @@
 """Validation of the `elmo` component's settings, with errors that say what to change."""
+
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Union
 
@@ -83,13 +84,9 @@ class ElmoSettings:
         if self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
         if not 1 <= self.window_size <= self.batch_tokens:
-            raise ValueError(
-                f"window_size must be between 1 and batch_tokens ({self.batch_tokens}), got {self.window_size}"
-            )
+            raise ValueError(f"window_size must be between 1 and batch_tokens ({self.batch_tokens}), got {self.window_size}")
         if not 0 <= self.window_overlap < self.window_size:
-            raise ValueError(
-                f"window_overlap must be at least 0 and below window_size ({self.window_size}), got {self.window_overlap}"
-            )
+            raise ValueError(f"window_overlap must be at least 0 and below window_size ({self.window_size}), got {self.window_overlap}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be 0 (leave torch's setting) or positive, got {self.num_threads}")
         if self.token_cache_size < 0:

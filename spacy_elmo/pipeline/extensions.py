@@ -3,6 +3,7 @@
 The arrays live in `doc._.elmo_data` (a plain dict, so `doc.to_bytes()`, `DocBin` and
 multiprocessing keep them); `doc._.elmo`, `span._.elmo` and `token._.elmo` are getters.
 """
+
 from typing import Optional
 
 import numpy

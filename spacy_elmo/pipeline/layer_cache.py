@@ -9,6 +9,7 @@ second budget) and are read back from it. Values come back exactly as they were 
 A forked process (`nlp.pipe(n_process=...)`) keeps the memory part it inherited and starts
 a spill file of its own; a pickled cache (spawned workers) arrives empty.
 """
+
 import os
 import sys
 import tempfile

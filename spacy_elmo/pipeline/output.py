@@ -1,4 +1,5 @@
 """`doc._.elmo`: the per-token ELMo vectors of one Doc, stored msgpack-friendly."""
+
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 

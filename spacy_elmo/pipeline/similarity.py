@@ -4,6 +4,7 @@ spaCy's own `similarity` returns 1.0 for two tokens with the same text, so `vect
 hooks alone are not enough: `similarity` is hooked at doc, span and token level. Hooks
 are not serialized; call `set_similarity_hooks(doc)` again after loading docs.
 """
+
 from typing import Optional, Union
 
 import numpy
@@ -53,10 +54,7 @@ def cosine(item: Item, other: Item) -> float:
     a = numpy.asarray(elmo_or_plain_vector(item), dtype=numpy.float64)
     b = numpy.asarray(elmo_or_plain_vector(other), dtype=numpy.float64)
     if a.shape != b.shape:
-        raise ValueError(
-            f"cannot compare vectors of width {a.shape[-1]} and {b.shape[-1]}: "
-            "run the same elmo component on both docs"
-        )
+        raise ValueError(f"cannot compare vectors of width {a.shape[-1]} and {b.shape[-1]}: run the same elmo component on both docs")
     norm = float(numpy.linalg.norm(a) * numpy.linalg.norm(b))
     return 0.0 if norm == 0.0 else float(a @ b / norm)
 

@@ -5,6 +5,7 @@ pool does not survive `fork`: a child's first multi-threaded op hangs forever if
 parent had used the pool. So a component running in a forked copy of the process that
 loaded this module runs torch single-threaded; nothing else is changed.
 """
+
 import os
 
 import torch

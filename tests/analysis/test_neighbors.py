@@ -1,4 +1,5 @@
 """Nearest uses in context over a corpus index, and the context-free nearest words."""
+
 import json
 import re
 from pathlib import Path
@@ -12,9 +13,9 @@ from elmo_testing import random_bilm, write_toy_text
 from spacy_elmo.analysis.neighbors import (
     DOC,
     POSITION,
-    IndexWriter,
     TOKENS,
     WORD,
+    IndexWriter,
     count_corpus,
     default_index_dir,
     embed_query,

@@ -1,4 +1,5 @@
 """PNG figures: training curves, layer probes, mix weights, sense maps, and the CLI behind them."""
+
 import json
 import struct
 import sys
@@ -49,8 +50,18 @@ def write_metrics(path, steps=50, log_every=5, eval_every=20, seconds_per_step=2
     lines = []
     for step in range(log_every, steps + 1, log_every):
         loss = 8.0 / (1 + step / 10)
-        lines.append({"step": step, "epoch": 0, "tokens": 1000 * step, "loss": loss, "train_perplexity": numpy.exp(loss),
-                      "tokens_per_second": 500.0 + step, "learning_rate": 0.001, "elapsed_seconds": seconds_per_step * step})
+        lines.append(
+            {
+                "step": step,
+                "epoch": 0,
+                "tokens": 1000 * step,
+                "loss": loss,
+                "train_perplexity": numpy.exp(loss),
+                "tokens_per_second": 500.0 + step,
+                "learning_rate": 0.001,
+                "elapsed_seconds": seconds_per_step * step,
+            }
+        )
         if step % eval_every == 0:
             lines.append({"step": step, "dev_forward": 900.0 / step, "dev_backward": 1100.0 / step, "dev_mean": 1000.0 / step, "dev_predictions": 99})
     text = "".join(json.dumps(line) + "\n" for line in lines)

@@ -1,4 +1,5 @@
 """Linear probes: planted signals are found, absent ones are not, and the CLI end to end."""
+
 import json
 
 import numpy
@@ -128,8 +129,7 @@ def test_probe_cli_prints_the_table_and_writes_json(tiny_model_dir, tmp_path):
     DocBin(docs=tagged_docs(nlp, 40, 0, random_tags=False)).to_disk(train_path)
     DocBin(docs=tagged_docs(nlp, 10, 1, random_tags=False)).to_disk(eval_path)
     output = tmp_path / "probe.json"
-    result = CliRunner().invoke(app, ["probe", str(tiny_model_dir), str(train_path), "--eval", str(eval_path),
-                                      "--labels", "tag", "--output", str(output)])
+    result = CliRunner().invoke(app, ["probe", str(tiny_model_dir), str(train_path), "--eval", str(eval_path), "--labels", "tag", "--output", str(output)])
     assert result.exit_code == 0, result.output
     assert "| `tag` | 4 | 240 | 60 | 100.00 |" in result.output
     record = json.loads(output.read_text())

@@ -1,4 +1,5 @@
 """The one-page HTML report: valid HTML, its sections, embedded PNGs, and absent inputs."""
+
 import base64
 import json
 import os
@@ -27,9 +28,16 @@ PROBE_REPORT = {
     "labels": {"tag": {"n_classes": 5, "n_train": 100, "n_eval": 20, "baseline": 0.61, "accuracy": [0.7, 0.8, 0.75, 0.85]}},
 }
 BANK_LINES = [
-    "I sat on the bank of the river .", "The bank approved the loan .", "We fished from the bank .",
-    "The bank raised its rates .", "Grass grew on the river bank .", "She works at a bank in town .",
-    "The bank was steep and muddy .", "My bank sent a letter .", "Ducks rested on the bank .", "The bank closed early today .",
+    "I sat on the bank of the river .",
+    "The bank approved the loan .",
+    "We fished from the bank .",
+    "The bank raised its rates .",
+    "Grass grew on the river bank .",
+    "She works at a bank in town .",
+    "The bank was steep and muddy .",
+    "My bank sent a letter .",
+    "Ducks rested on the bank .",
+    "The bank closed early today .",
 ]
 
 
@@ -76,8 +84,18 @@ def embedded_png(src: str):
 def write_metrics(path, steps=40):
     lines = []
     for step in range(5, steps + 1, 5):
-        lines.append({"step": step, "epoch": 0, "tokens": 800 * step, "loss": 6.0 - step / 20, "train_perplexity": 100.0,
-                      "tokens_per_second": 400.0, "learning_rate": 0.002, "elapsed_seconds": 2.0 * step})
+        lines.append(
+            {
+                "step": step,
+                "epoch": 0,
+                "tokens": 800 * step,
+                "loss": 6.0 - step / 20,
+                "train_perplexity": 100.0,
+                "tokens_per_second": 400.0,
+                "learning_rate": 0.002,
+                "elapsed_seconds": 2.0 * step,
+            }
+        )
         if step % 20 == 0:
             lines.append({"step": step, "dev_forward": 90.0, "dev_backward": 110.0, "dev_mean": 2000.0 / step, "dev_predictions": 50})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
@@ -196,8 +214,12 @@ def test_given_evaluations_and_words(project, tmp_path):
     evaluation = tmp_path / "dev.json"
     evaluation.write_text(json.dumps({"forward": 3.0, "backward": 5.0, "mean": 4.0, "text": "dev.txt"}))
     output = write_report(
-        project / "training" / "model-best", tmp_path / "words.html", corpus=project / "corpus" / "dev.txt",
-        evaluations=[evaluation], words=["river", "absent"], clusters=1,
+        project / "training" / "model-best",
+        tmp_path / "words.html",
+        corpus=project / "corpus" / "dev.txt",
+        evaluations=[evaluation],
+        words=["river", "absent"],
+        clusters=1,
     )
     text = output.read_text(encoding="utf-8")
     assert "<td>dev.txt</td><td>4.00</td><td>3.00</td><td>5.00</td>" in text and "corpus/test.txt" not in text

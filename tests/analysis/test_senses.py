@@ -1,4 +1,5 @@
 """The data side of sense maps: uses of a word, deterministic PCA and k-means, ambiguous words."""
+
 import numpy
 import pytest
 import spacy
@@ -151,8 +152,15 @@ def test_kmeans_is_deterministic_and_checks_k():
 
 def fake_uses(vectors, context_free):
     n = len(vectors)
-    return WordUses("bank", 2, numpy.asarray(vectors, dtype=numpy.float32), numpy.asarray(context_free, dtype=numpy.float32),
-                    ["a bank"] * n, [2] * n, [(i, 1) for i in range(n)])
+    return WordUses(
+        "bank",
+        2,
+        numpy.asarray(vectors, dtype=numpy.float32),
+        numpy.asarray(context_free, dtype=numpy.float32),
+        ["a bank"] * n,
+        [2] * n,
+        [(i, 1) for i in range(n)],
+    )
 
 
 def test_sense_map_projects_clusters_and_places_the_context_free_vector():
@@ -189,7 +197,7 @@ def planted_docs(n=10):
     nlp = spacy.blank("en")
     rng = numpy.random.default_rng(0)
     docs = []
-    for i in range(n):
+    for _ in range(n):
         doc = nlp("bank river the water")
         layers = numpy.zeros((3, 4, 8), dtype=numpy.float32)
         layers[:, 0] = rng.normal(size=(3, 8))

@@ -1,4 +1,5 @@
 """`python -m spacy_elmo`: the demo (the README's main job) and info."""
+
 import re
 import shutil
 import subprocess
@@ -12,9 +13,7 @@ runner = CliRunner()
 
 
 def test_demo_prints_similarities_with_the_golden_model(allennlp_fixture):
-    result = runner.invoke(
-        app, ["demo", "--weights", str(allennlp_fixture / "lm_weights.hdf5"), "--options", str(allennlp_fixture / "options.json")]
-    )
+    result = runner.invoke(app, ["demo", "--weights", str(allennlp_fixture / "lm_weights.hdf5"), "--options", str(allennlp_fixture / "options.json")])
     assert result.exit_code == 0, result.output
     assert "doc._.elmo.layers (3, 13, 32)" in result.output
     rows = [line.split() for line in result.output.splitlines() if line.startswith("  ")]

@@ -1,4 +1,5 @@
 """convert / export / dump / warm: interop with the public format and `allennlp elmo`."""
+
 import json
 import subprocess
 import sys
@@ -41,7 +42,9 @@ def test_converted_pipeline_packages(tmp_path, allennlp_fixture):
     (tmp_path / "packages").mkdir()
     result = subprocess.run(
         [sys.executable, "-m", "spacy", "package", str(tmp_path / "pipe"), str(tmp_path / "packages"), "--build", "none", "--force"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     package = tmp_path / "packages" / "en_elmo-0.0.0"
@@ -175,8 +178,17 @@ def test_dump_forget_sentences_and_many_chunks(tmp_path, monkeypatch):
 def test_export_of_an_unclipped_model_names_both_clips(tmp_path):
     from spacy_elmo.nn import BiLMConfig
 
-    config = BiLMConfig(filters=((1, 4), (2, 8)), char_embedding_dim=4, n_highway=0, lstm_dim=6,
-                        projection_dim=6, n_layers=1, use_skip_connections=False, cell_clip=None, proj_clip=None)
+    config = BiLMConfig(
+        filters=((1, 4), (2, 8)),
+        char_embedding_dim=4,
+        n_highway=0,
+        lstm_dim=6,
+        projection_dim=6,
+        n_layers=1,
+        use_skip_connections=False,
+        cell_clip=None,
+        proj_clip=None,
+    )
     save_model(random_bilm(config), tmp_path / "model")
     result = invoke("export", tmp_path / "model", tmp_path / "public")
     options = json.loads((tmp_path / "public" / "options.json").read_text())

@@ -1,4 +1,5 @@
 """`pretrain`, `evaluate` and `assemble` on the command line."""
+
 import json
 import re
 

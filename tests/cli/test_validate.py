@@ -1,5 +1,6 @@
 """`validate`: every kind of stored biLM is recognised and described, and every problem of
 a damaged one is listed with its file, with a non-zero exit status."""
+
 import json
 import shutil
 from pathlib import Path
@@ -17,8 +18,8 @@ from spacy_elmo.cli import app
 from spacy_elmo.io import load_model, load_public_model, save_public_model
 from spacy_elmo.io.validate import weights_checksum
 from spacy_elmo.training.checkpoint import corpus_fingerprint
-from spacy_elmo.training.data import train_shards
 from spacy_elmo.training.config import load_config
+from spacy_elmo.training.data import train_shards
 from spacy_elmo.training.trainer import pretrain
 
 LSTM_WEIGHT = "forward_stack.layers.0.input_weight"

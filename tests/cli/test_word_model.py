@@ -1,5 +1,6 @@
 """The word-level biLM end to end: pretrain, evaluate, assemble, the component and its
 similarity, resume, --init-from onto other text, and a clear refusal to export."""
+
 import json
 import shutil
 

@@ -1,4 +1,5 @@
 """The biLM loaded from the public fixtures reproduces the original TensorFlow outputs."""
+
 import json
 
 import h5py

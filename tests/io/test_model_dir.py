@@ -1,4 +1,5 @@
 """The project's own model directory and byte format: exact round trips, no pickles."""
+
 import io
 import json
 import pickle
@@ -7,9 +8,8 @@ import numpy
 import pytest
 import torch
 
-from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
-
 from elmo_testing import WORDS, random_bilm, random_word_bilm
+from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
 
 
 def assert_same_weights(a, b):
@@ -102,7 +102,7 @@ def test_a_word_model_without_a_fitting_vocabulary_is_a_clear_error(tmp_path):
     words.write_text(json.dumps(["the", "<S>", "</S>", "<UNK>"]))
     with pytest.raises(ModelFileError, match="words.json: invalid word vocabulary .*must start with"):
         load_model(tmp_path / "model")
-    words.write_text("[\"<S>\", ")
+    words.write_text('["<S>", ')
     with pytest.raises(ModelFileError, match="words.json: not valid JSON"):
         load_model(tmp_path / "model")
     words.unlink()

@@ -1,4 +1,5 @@
 """Reading and writing the public ELMo hdf5 + options format, its variants and its errors."""
+
 import json
 import shutil
 
@@ -7,10 +8,9 @@ import numpy
 import pytest
 import torch
 
+from elmo_testing import TINY_CONFIG, random_bilm, random_word_bilm
 from spacy_elmo.io import ModelFileError, load_public_model, read_options, save_public_model, save_public_weights
 from spacy_elmo.nn import BiLMConfig, batch_to_char_ids
-
-from elmo_testing import TINY_CONFIG, random_bilm, random_word_bilm
 
 SENTENCES = [["The", "bank", "of", "the", "river", "."], ["Cash", "in", "the", "bank", "!"]]
 
@@ -27,8 +27,18 @@ def embed(bilm, sentences=SENTENCES) -> numpy.ndarray:
         # CNN_proj absent: the char-CNN width equals the projection.
         BiLMConfig(filters=((1, 2), (2, 4)), char_embedding_dim=4, n_highway=1, lstm_dim=12, projection_dim=6, n_layers=2),
         # W_P_0 absent: the cell size equals the projection; no skip connections, tanh.
-        BiLMConfig(filters=((1, 4), (2, 8)), char_embedding_dim=4, n_highway=0, lstm_dim=6, projection_dim=6,
-                   n_layers=3, use_skip_connections=False, activation="tanh", cell_clip=None, proj_clip=None),
+        BiLMConfig(
+            filters=((1, 4), (2, 8)),
+            char_embedding_dim=4,
+            n_highway=0,
+            lstm_dim=6,
+            projection_dim=6,
+            n_layers=3,
+            use_skip_connections=False,
+            activation="tanh",
+            cell_clip=None,
+            proj_clip=None,
+        ),
     ],
     ids=["projected", "no-cnn-proj", "no-lstm-proj"],
 )

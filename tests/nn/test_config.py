@@ -1,4 +1,5 @@
 """BiLMConfig: validation and a lossless dict round trip."""
+
 import dataclasses
 import json
 

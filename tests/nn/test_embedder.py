@@ -1,4 +1,5 @@
 """The cached fast path equals the plain exact forward, with the cache on, off and evicting."""
+
 import random
 
 import pytest
@@ -8,7 +9,7 @@ from elmo_testing import random_bilm
 from spacy_elmo.nn import batch_to_char_ids
 from spacy_elmo.nn.embedder import Embedder
 
-VOCAB = "the bank river of a money 🏦 銀行 x" .split() + ["y" * 70, "naïve", "\x00ctl", "Bank", "BANK"]
+VOCAB = "the bank river of a money 🏦 銀行 x".split() + ["y" * 70, "naïve", "\x00ctl", "Bank", "BANK"]
 
 
 def random_sentences(n: int, seed: int):

@@ -1,4 +1,5 @@
 """ProjectedLSTM against a naive per-step, per-row cell written from the equations."""
+
 import pytest
 import torch
 
@@ -27,6 +28,7 @@ def naive_lstm(lstm, x, h0=None, c0=None, differentiable=False):
     c_t = clip(sig(f) * c_{t-1} + sig(i) * tanh(g)); h_t = sig(o) * tanh(c_t);
     p_t = clip(P h_t) when there is a projection.
     """
+
     def weight(param):
         return param.double() if differentiable else param.detach().double()
 

@@ -1,4 +1,5 @@
 """The biLM objective: the right states predict the right tokens, exactly, and it trains."""
+
 import math
 
 import pytest
@@ -7,8 +8,8 @@ import torch
 from elmo_testing import random_bilm
 from spacy_elmo.nn import batch_to_char_ids
 from spacy_elmo.nn.objective import BiLMObjective
-from spacy_elmo.nn.special_tokens import BOS_ID, EOS_ID
 from spacy_elmo.nn.softmax import FullSoftmax
+from spacy_elmo.nn.special_tokens import BOS_ID, EOS_ID
 
 SENTENCES = [["the", "bank", "of", "the", "river"], ["cash", "!"]]
 VOCAB = {"<S>": 0, "</S>": 1, "<UNK>": 2, "the": 3, "bank": 4, "of": 5, "river": 6, "cash": 7, "!": 8}

@@ -1,4 +1,5 @@
 """Opt-in bf16 and int8 inference: close to fp32, never confused with it."""
+
 import json
 
 import pytest

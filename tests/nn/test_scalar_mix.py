@@ -1,4 +1,5 @@
 """ScalarMix: gamma * sum_j softmax(s)_j * h_j, with learnable s and gamma."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """Softmax heads: exact full softmax, log-uniform sampling, sampled training, exact evaluation."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """TokenEncoder against a naive char-CNN + highway + projection written with explicit loops."""
+
 import math
 
 import pytest
@@ -11,7 +12,7 @@ from spacy_elmo.nn.token_encoder import Highway, TokenEncoder
 
 TINY = TINY_SETTINGS
 
-WORDS = ["a", "bank", "river", "\U0001F600", "x" * 60, "日本", "I", "sat"]
+WORDS = ["a", "bank", "river", "\U0001f600", "x" * 60, "日本", "I", "sat"]
 
 
 def make_encoder(seed=0, **overrides):

@@ -1,4 +1,5 @@
 """The warm initial state: deterministic, batch-independent, closer to the references."""
+
 import json
 
 import h5py

@@ -1,5 +1,6 @@
 """The word-level biLM: its vocabulary lookup, a char model it can copy exactly, batch
 independence, gradients, and the inference paths (embedder, precisions, warm state)."""
+
 import dataclasses
 
 import pytest

@@ -1,4 +1,5 @@
 """The learned ELMo mixes (`spacy-elmo.ElmoScalarMix.v1`, `.v2`) and `spacy-elmo.WithElmo.v1`."""
+
 import numpy
 import pytest
 import spacy
@@ -123,10 +124,23 @@ def test_spacy_train_with_the_shipped_tagger_config(tmp_path, tiny_model_dir):
     docbin.to_disk(tmp_path / "train.spacy")
     config = Path(__file__).resolve().parents[2] / "configs" / "tagger.cfg"
     command = [
-        sys.executable, "-m", "spacy", "train", str(config), "-o", str(tmp_path / "out"),
-        "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "train.spacy"),
-        "--paths.elmo", str(tiny_model_dir),
-        "--training.max_steps", "30", "--training.eval_frequency", "10",
+        sys.executable,
+        "-m",
+        "spacy",
+        "train",
+        str(config),
+        "-o",
+        str(tmp_path / "out"),
+        "--paths.train",
+        str(tmp_path / "train.spacy"),
+        "--paths.dev",
+        str(tmp_path / "train.spacy"),
+        "--paths.elmo",
+        str(tiny_model_dir),
+        "--training.max_steps",
+        "30",
+        "--training.eval_frequency",
+        "10",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

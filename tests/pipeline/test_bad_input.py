@@ -1,4 +1,5 @@
 """Unusual text gives sane results, never a crash; long docs run in bounded pieces."""
+
 import numpy
 import spacy
 

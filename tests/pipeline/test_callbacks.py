@@ -1,4 +1,5 @@
 """`spacy-elmo.epoch_times.v1`: a line per finished epoch."""
+
 import json
 
 from spacy.util import registry

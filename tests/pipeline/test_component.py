@@ -1,4 +1,5 @@
 """The `elmo` component: what it stores on docs, its settings and its batching."""
+
 import numpy
 import pytest
 import spacy
@@ -140,9 +141,7 @@ def test_docs_without_sentences_are_cut_into_windows(tiny_model_dir):
     component = nlp.get_pipe("elmo")
     for start in (0, 4, 8):
         words = [t.text for t in doc[start : start + 4]]
-        numpy.testing.assert_allclose(
-            doc._.elmo.layers[:, start : start + len(words)], reference_layers(component, words), atol=1e-5
-        )
+        numpy.testing.assert_allclose(doc._.elmo.layers[:, start : start + len(words)], reference_layers(component, words), atol=1e-5)
 
 
 def test_overlapping_windows_keep_each_token_from_its_more_central_window(tiny_model_dir):
@@ -219,7 +218,7 @@ def test_retokenizing_after_elmo_is_a_clear_error(nlp):
     with doc.retokenize() as retokenizer:
         retokenizer.merge(doc[0:2])
     with pytest.raises(ValueError, match="retokenized after the elmo component"):
-        doc[2]._.elmo
+        _ = doc[2]._.elmo
 
 
 def test_a_retokenizer_before_elmo_is_fine(tiny_model_dir):

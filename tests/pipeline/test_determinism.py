@@ -1,4 +1,5 @@
 """By default a doc's vectors do not depend on its batch, batch size or history."""
+
 import random
 
 import numpy

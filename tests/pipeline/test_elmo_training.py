@@ -1,5 +1,6 @@
 """ELMo in trained spaCy pipelines: shapes from the elmo component, task-specific mixes,
 round trips of trained pipelines, and `nlp.replace_listeners`."""
+
 import numpy
 import pytest
 import spacy
@@ -139,9 +140,9 @@ lang = "en"
 pipeline = ["elmo", "tagger"]
 [components]
 [components.elmo]
-source = "{tmp_path / 'trained'}"
+source = "{tmp_path / "trained"}"
 [components.tagger]
-source = "{tmp_path / 'trained'}"
+source = "{tmp_path / "trained"}"
 replace_listeners = ["model.tok2vec.features"]
 """
     )
@@ -180,7 +181,7 @@ def test_spacy_train_finds_the_shape_with_elmo_frozen(tiny_model_dir, tmp_path):
     config = Config().from_str(
         f"""
 [paths]
-train = "{tmp_path / 'train.spacy'}"
+train = "{tmp_path / "train.spacy"}"
 [nlp]
 lang = "en"
 pipeline = ["elmo", "tagger"]

@@ -1,5 +1,6 @@
 """The per-sentence layer cache: exact values, byte budgets, eviction, spilling, and when
 the elmo component uses it."""
+
 import numpy
 import pytest
 import spacy

@@ -1,4 +1,5 @@
 """spaCy round trips: pipelines to disk and bytes, docs to bytes and DocBin, multiprocessing."""
+
 import multiprocessing
 
 import numpy
@@ -93,10 +94,7 @@ def test_similarity_after_two_processes(nlp):
     hooked = nlp("the bank of the river")
     returned = list(nlp.pipe(["the bank gave cash"], n_process=2))[0]
     assert "similarity" not in returned.user_token_hooks
-    expected = float(
-        hooked[1]._.elmo @ returned[1]._.elmo
-        / (numpy.linalg.norm(hooked[1]._.elmo) * numpy.linalg.norm(returned[1]._.elmo))
-    )
+    expected = float(hooked[1]._.elmo @ returned[1]._.elmo / (numpy.linalg.norm(hooked[1]._.elmo) * numpy.linalg.norm(returned[1]._.elmo)))
     assert hooked[1].similarity(returned[1]) == pytest.approx(expected, abs=1e-6)
     set_similarity_hooks(returned)
     assert returned[1].similarity(hooked[1]) == pytest.approx(expected, abs=1e-6)

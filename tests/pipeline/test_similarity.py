@@ -1,4 +1,5 @@
 """Similarity through the hooks is contextual cosine on the mixed vectors."""
+
 import numpy
 import pytest
 import spacy
