@@ -38,6 +38,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from tqdm import tqdm
 
+from ..pipeline.component import elmo_component
 from .vectors import embed, iter_docs
 
 PathLike = Union[str, Path]
@@ -181,7 +182,7 @@ def build_index(nlp: Language, corpus: PathLike, directory: PathLike, layers: Se
     (contextual layers, 1..L) to `directory`, replacing the index there. The files are
     written to a sibling folder first and moved in place when complete."""
     directory = Path(directory)
-    bilm = nlp.get_pipe("elmo").bilm
+    bilm = elmo_component(nlp).bilm
     for layer in layers:
         check_contextual_layer(layer, bilm.n_output_layers)
     check_replaceable(directory)

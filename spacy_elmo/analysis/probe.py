@@ -10,7 +10,7 @@ zero weights on standardized features: deterministic and free of learning-rate t
 
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 import numpy
 import torch
@@ -108,12 +108,10 @@ def run_probes(train: TokenFeatures, held_out: TokenFeatures, labels: Iterable[s
     n_layers = len(train.layers) - 1
     report = ProbeReport(layer_names(n_layers))
     for name in check_labels(labels):
-        fit_rows = [i for i, y in enumerate(train.labels[name]) if y is not None]
-        eval_rows = [i for i, y in enumerate(held_out.labels[name]) if y is not None]
+        fit_rows, y_train = _labelled(train.labels[name])
+        eval_rows, y_eval = _labelled(held_out.labels[name])
         if not fit_rows or not eval_rows:
             continue
-        y_train = [train.labels[name][i] for i in fit_rows]
-        y_eval = [held_out.labels[name][i] for i in eval_rows]
         classes = sorted(set(y_train))
         accuracy = []
         for x_train, x_eval in zip(train.layers, held_out.layers):
@@ -128,6 +126,12 @@ def run_probes(train: TokenFeatures, held_out: TokenFeatures, labels: Iterable[s
             accuracy=accuracy,
         )
     return report
+
+
+def _labelled(labels: Sequence[Optional[str]]) -> Tuple[List[int], List[str]]:
+    """(the rows that carry a label, their labels)."""
+    rows = [i for i, label in enumerate(labels) if label is not None]
+    return rows, [cast(str, labels[i]) for i in rows]
 
 
 class LinearProbe:

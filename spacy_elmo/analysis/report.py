@@ -242,7 +242,7 @@ def corpus_folders(corpus: Optional[PathLike], run: Optional[Path]) -> List[Path
     if corpus is not None:
         folders.append(Path(corpus) if Path(corpus).is_dir() else Path(corpus).parent)
     recipe = run / "pretrain.cfg" if run else None
-    if recipe is not None and recipe.is_file():
+    if run is not None and recipe is not None and recipe.is_file():
         from thinc.api import Config
 
         path = Config().from_disk(recipe, interpolate=False).get("paths", {}).get("corpus")
@@ -331,7 +331,7 @@ def senses_section(
         intro += (
             f"The content words whose uses spread the most on {_layer_name(layer)} (spread: mean cosine "
             "distance of the uses from their centroid; relative: divided by that of all content tokens).</p>"
-            + table([(html.escape(s.word), f"{s.count:,}", f"{s.spread:.3f}", f"{s.relative:.2f}") for s in spreads], ["word", "uses", "spread", "relative"])
+            + table([(html.escape(s.word), f"{s.uses:,}", f"{s.spread:.3f}", f"{s.relative:.2f}") for s in spreads], ["word", "uses", "spread", "relative"])
         )
     if not chosen:
         return section("Senses", intro + absent("No word occurs often enough in these docs for a sense map (raise --limit)."))

@@ -262,7 +262,7 @@ def dispersion(vectors: numpy.ndarray) -> float:
 
 class WordSpread(NamedTuple):
     word: str
-    count: int
+    uses: int
     spread: float
     """`dispersion` of the word's uses."""
     relative: float

@@ -15,6 +15,8 @@ from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from tqdm import tqdm
 
+from ..pipeline.component import elmo_component
+
 PathLike = Union[str, Path]
 
 
@@ -29,8 +31,8 @@ def elmo_pipeline(model: PathLike, options: Optional[PathLike] = None, **setting
     nlp = spacy.blank(pipeline_language(model))
     config: Dict[str, Any] = {"weights": str(model), "options": str(options) if options else None}
     config.update(settings, keep_layers=True)
-    elmo = nlp.add_pipe("elmo", config=config)
-    elmo.set_bilm(load_bilm(model, options))  # fails here, with the file named, not on first doc
+    nlp.add_pipe("elmo", config=config)
+    elmo_component(nlp).set_bilm(load_bilm(model, options))  # fails here, with the file named, not on first doc
     return nlp
 
 
@@ -79,7 +81,7 @@ def _lines(path: Path) -> Iterator[str]:
 def embed(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int] = None, desc: str = "embed") -> Iterator[Doc]:
     """Run `nlp`'s elmo component over `docs` (in order) with a tokens progress bar; each
     doc comes back with `doc._.elmo.layers` (L+1, n_tokens, 2P) and `.mixed` (n_tokens, 2P)."""
-    elmo = nlp.get_pipe("elmo")
+    elmo = elmo_component(nlp)
     with tqdm(total=total_tokens, unit="tok", unit_scale=True, desc=desc) as bar:
         for doc in elmo.pipe(docs):
             bar.update(len(doc))

@@ -9,6 +9,7 @@ import typer
 
 from ..io import find_model_dir, load_model, load_public_model, save_public_model
 from ..nn.bilm import BiLM
+from ..pipeline.component import elmo_component
 from .app import app, clean_errors
 
 
@@ -65,8 +66,8 @@ def save_pipeline(bilm: BiLM, output_dir: Path, lang: str, name: str, version: s
         nlp = spacy.blank(lang)
         if sentencizer:
             nlp.add_pipe("sentencizer")
-        component = nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
-        component.set_bilm(bilm)
+        nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
+        elmo_component(nlp).set_bilm(bilm)
         nlp.meta.update({"name": name, "version": version, "description": description})
         nlp.to_disk(output_dir)
     typer.echo(f"Saved pipeline {lang}_{name} with pipes {nlp.pipe_names} to {output_dir}")

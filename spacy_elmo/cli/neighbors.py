@@ -21,6 +21,7 @@ from ..analysis.neighbors import (
     resolve_layer,
 )
 from ..analysis.vectors import elmo_pipeline
+from ..pipeline.component import elmo_component
 from .app import app, clean_errors
 
 CONTEXT_CHARS = 60
@@ -52,7 +53,7 @@ def neighbors(
             raise typer.BadParameter(f"{name} must be at least {least}, not {value}")
     with clean_errors():
         nlp = elmo_pipeline(model, options, batch_tokens=batch_tokens, similarity_hooks=False)
-        layer = resolve_layer(layer, nlp.get_pipe("elmo").bilm.n_output_layers)
+        layer = resolve_layer(layer, elmo_component(nlp).bilm.n_output_layers)
         query = embed_query(nlp, sentence, word, occurrence)
         folder = index or default_index_dir(model, options, corpus, limit)
         corpus_index = open_index(nlp, model, corpus, folder, layer, options=options, limit=limit, log=typer.echo)

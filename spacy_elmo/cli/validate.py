@@ -128,7 +128,7 @@ def check_softmax(model_dir: Path, report: Report) -> None:
         dim = load_model_config(model_dir).projection_dim
     except ValueError:  # already reported by the model directory's checks
         return
-    if head is not None and vocab is not None and report.attempt(lambda: load_softmax_and_vocab(model_dir, dim)):
+    if head is not None and vocab is not None and report.attempt(lambda: load_softmax_and_vocab(model_dir, dim)) is not None:
         report.facts["softmax"] = f"{len(vocab)} words x {dim} ({HEAD_FILE} and {VOCAB_FILE} agree)"
 
 
@@ -269,8 +269,8 @@ def checkpoint_facts(content: Dict[str, Any], config: Optional[PretrainConfig], 
         facts["processes"] = str(len(content["rng"]))
     corpus = content.get("corpus")
     if isinstance(corpus, dict):
-        shards = corpus.get("shards") if isinstance(corpus.get("shards"), list) else []
-        size = sum(shard[1] for shard in shards if isinstance(shard, list) and len(shard) == 2 and isinstance(shard[1], int))
+        shards: List[Any] = corpus["shards"] if isinstance(corpus.get("shards"), list) else []
+        size = sum(int(shard[1]) for shard in shards if isinstance(shard, list) and len(shard) == 2 and isinstance(shard[1], int))
         facts["corpus"] = f"vocab.txt sha256 {corpus.get('vocab_sha256')}, {len(shards)} training shards of {size:,} bytes"
     weight = head.get("weight")
     if config is not None and weight is not None and weight.ndim == 2:

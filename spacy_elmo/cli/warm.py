@@ -9,6 +9,7 @@ from spacy.language import Language
 
 from ..io import find_model_dir, load_model, save_model
 from ..nn.warm_state import with_warm_state
+from ..pipeline.component import elmo_component
 from .app import app, clean_errors
 
 
@@ -28,7 +29,7 @@ def warm(
         sentences = read_warm_up(text, nlp, max_sentences)
         bilm = with_warm_state(load_model(find_model_dir(model)), sentences, rows=rows)
         if pipeline:
-            nlp.get_pipe(find_model_dir(model).name).set_bilm(bilm)
+            elmo_component(nlp, find_model_dir(model).name).set_bilm(bilm)
             nlp.to_disk(output)
         else:
             save_model(bilm, output)

@@ -13,7 +13,7 @@ d = 0 is the forward direction, 1 the backward one.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Union
+from typing import Callable, Dict, List, Union, cast
 
 import numpy
 import torch
@@ -21,6 +21,7 @@ import torch
 from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from ..nn.lstm import ProjectedLSTM
+from ..nn.token_encoder import Highway, TokenEncoder
 from .errors import ModelFileError
 from .options import options_from_config, read_options, write_options
 
@@ -69,6 +70,7 @@ def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
     """public dataset name -> how it maps onto `bilm` (ValueError for a word-level biLM)."""
     options_from_config(bilm.config)
     encoder = bilm.token_encoder
+    assert isinstance(encoder, TokenEncoder), "options_from_config refuses word-level models"
     h = bilm.config.lstm_dim
     transpose: Converter = numpy.transpose
     same: Converter = lambda a: a  # noqa: E731
@@ -79,10 +81,10 @@ def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
             lambda a: a[1:],
         )
     }
-    for i, conv in enumerate(encoder.cnn.convs):
+    for i, conv in enumerate(encoder.cnn.conv_layers()):
         table[f"CNN/W_cnn_{i}"] = _param_entry(conv.weight, lambda a: a[0].transpose(2, 1, 0), lambda a: a.transpose(2, 1, 0)[None])
-        table[f"CNN/b_cnn_{i}"] = _param_entry(conv.bias, same, same)
-    for k, highway in enumerate(encoder.highways):
+        table[f"CNN/b_cnn_{i}"] = _param_entry(cast(torch.Tensor, conv.bias), same, same)
+    for k, highway in enumerate(cast(List[Highway], list(encoder.highways))):
         table[f"CNN_high_{k}/W_transform"] = _param_entry(highway.transform.weight, transpose, transpose)
         table[f"CNN_high_{k}/b_transform"] = _param_entry(highway.transform.bias, same, same)
         table[f"CNN_high_{k}/W_carry"] = _param_entry(highway.gate.weight, transpose, transpose)
@@ -91,7 +93,7 @@ def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
         table["CNN_proj/W_proj"] = _param_entry(encoder.projection.weight, transpose, transpose)
         table["CNN_proj/b_proj"] = _param_entry(encoder.projection.bias, same, same)
     for d, stack in enumerate((bilm.forward_stack, bilm.backward_stack)):
-        for layer, lstm in enumerate(stack.layers):
+        for layer, lstm in enumerate(cast(List[ProjectedLSTM], list(stack.layers))):
             prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
             table[f"{prefix}/W_0"] = _lstm_weight_entry(lstm, h)
             reorder: Converter = lambda a: _reorder_gates(a, h)  # noqa: E731

@@ -4,7 +4,7 @@ The forward and backward stacks never see each other: a bidirectional multi-laye
 `nn.LSTM` would leak the future into the forward LM's upper layers.
 """
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy
 import torch
@@ -99,6 +99,13 @@ class BiLM(nn.Module):
     A token's input ids are what its token encoder reads: (n_chars,) char ids for the
     char-CNN, one word id for the word table. `input_ids` makes them from strings."""
 
+    boundary_ids: torch.Tensor
+    """The input ids of `<S>` and `</S>`: (2, *id_shape)."""
+    warm_h: torch.Tensor
+    """(2, n_layers, P): the stored warm initial h per direction and layer (warm_state only)."""
+    warm_c: torch.Tensor
+    """(2, n_layers, lstm_dim): the stored warm initial c (warm_state only)."""
+
     def __init__(self, config: BiLMConfig, words: Optional[Sequence[str]] = None) -> None:
         """`words`: the vocabulary of a word-level biLM (`<S>`, `</S>`, `<UNK>` first);
         None for the char-CNN."""
@@ -118,7 +125,7 @@ class BiLM(nn.Module):
         self.register_buffer("boundary_ids", torch.from_numpy(self.token_encoder.boundary_ids()), persistent=False)
         if config.warm_state:
             # [direction, layer] initial h and c shared by every row; see nn.warm_state.
-            output_dim = self.forward_stack.layers[0].output_dim
+            output_dim = cast(ProjectedLSTM, self.forward_stack.layers[0]).output_dim
             self.register_buffer("warm_h", torch.zeros(2, config.n_layers, output_dim))
             self.register_buffer("warm_c", torch.zeros(2, config.n_layers, config.lstm_dim))
 
@@ -267,7 +274,8 @@ class BiLM(nn.Module):
     def zero_state(self, batch: int) -> BiLMState:
         """All-zero LSTM state for `batch` rows."""
         like = self.token_encoder.embedding_weight
-        return [[layer.zero_state(batch, like) for layer in stack.layers] for stack in (self.forward_stack, self.backward_stack)]
+        stacks = (self.forward_stack, self.backward_stack)
+        return [[cast(ProjectedLSTM, layer).zero_state(batch, like) for layer in stack.layers] for stack in stacks]
 
 
 class StatefulBiLM:

@@ -11,7 +11,7 @@ the batch: only fp32 and bf16 keep the determinism contract.
 import contextlib
 import copy
 import warnings
-from typing import ContextManager
+from typing import ContextManager, cast
 
 import torch
 from torch import nn
@@ -61,12 +61,12 @@ def runtime_bilm(bilm: BiLM, precision: str) -> BiLM:
     quantized = copy.deepcopy(bilm).eval()
     for stack in (quantized.forward_stack, quantized.backward_stack):
         for index, layer in enumerate(stack.layers):
-            stack.layers[index] = Int8ProjectedLSTM(layer)
+            stack.layers[index] = Int8ProjectedLSTM(cast(ProjectedLSTM, layer))
     encoder = quantized.token_encoder
     if isinstance(encoder, TokenEncoder):  # a word table is a lookup: nothing to quantize
-        encoder.highways = _quantize_linears(encoder.highways)
+        encoder.highways = cast(nn.ModuleList, _quantize_linears(encoder.highways))
         if encoder.projection is not None:
-            encoder.projection = _int8_linear(encoder.projection.weight, encoder.projection.bias)
+            encoder.projection = cast(nn.Linear, _int8_linear(encoder.projection.weight, encoder.projection.bias))
     return quantized
 
 
@@ -77,7 +77,7 @@ def _int8_linear(weight: torch.Tensor, bias: "torch.Tensor | None") -> nn.Module
         linear.weight.copy_(weight)
         if bias is not None:
             linear.bias.copy_(bias)
-    return _quantize_linears(nn.Sequential(linear))[0]
+    return cast(nn.Sequential, _quantize_linears(nn.Sequential(linear)))[0]
 
 
 def _quantize_linears(module: nn.Module) -> nn.Module:
@@ -85,7 +85,7 @@ def _quantize_linears(module: nn.Module) -> nn.Module:
     spec = {nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}
     with warnings.catch_warnings():
         # torch.ao's dynamic quantization is deprecated upstream but present in every
-        # torch this package accepts (<= 2.14.1).
+        # torch 2 release to date (2.1 to 2.14).
         warnings.filterwarnings("ignore", message=".*(quantize_per|torch.ao.quantization).*deprecated")
         return torch.ao.quantization.quantize_dynamic(module, spec, dtype=torch.qint8)
 

@@ -95,6 +95,9 @@ class SampledSoftmax(FullSoftmax):
     perplexities are always exact.
     """
 
+    sampling_probs: torch.Tensor
+    """(vocab_size,) the log-uniform sampling distribution."""
+
     def __init__(self, dim: int, vocab_size: int, n_samples: int) -> None:
         super().__init__(dim, vocab_size)
         if n_samples < 1:

@@ -6,7 +6,7 @@ wholly inside that run has the same value per filter (`padding_window_values`), 
 taken into the max for the tokens that have such a window.
 """
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, cast
 
 import numpy
 import torch
@@ -47,6 +47,10 @@ class CharCNN(nn.Module):
         self.n_chars = config.max_characters_per_token
         self.activation = torch.relu if config.activation == "relu" else torch.tanh
 
+    def conv_layers(self) -> List[nn.Conv1d]:
+        """The convolutions, one per filter width."""
+        return [cast(nn.Conv1d, conv) for conv in self.convs]
+
     def forward(self, char_embeddings: torch.Tensor, padding_embedding: torch.Tensor, used: torch.Tensor) -> torch.Tensor:
         """char_embeddings: (n_tokens, n_positions, char_dim), the first positions of each token,
         enough to cover what any of them uses plus the widest window;
@@ -55,16 +59,17 @@ class CharCNN(nn.Module):
         Returns (n_tokens, n_filters)."""
         n_tokens, n_positions, char_dim = char_embeddings.shape
         pooled: List[torch.Tensor] = []
-        for width, conv in zip(self.widths, self.convs):
+        for width, conv in zip(self.widths, self.conv_layers()):
             weight = conv.weight.reshape(conv.out_channels, char_dim * width).t()
+            bias = cast(torch.Tensor, conv.bias)  # the convolutions are built with a bias
             if n_positions >= width:
                 windows = char_embeddings.unfold(1, width, 1)  # (n_tokens, n_windows, char_dim, width)
-                values = torch.addmm(conv.bias, windows.reshape(-1, char_dim * width), weight)
+                values = torch.addmm(bias, windows.reshape(-1, char_dim * width), weight)
                 best = values.view(n_tokens, -1, conv.out_channels).amax(dim=1)
             else:
                 best = torch.full((n_tokens, conv.out_channels), float("-inf"), device=weight.device, dtype=weight.dtype)
             padding_window = padding_embedding.unsqueeze(1).expand(char_dim, width).reshape(1, -1)
-            padding_value = torch.addmm(conv.bias, padding_window, weight)
+            padding_value = torch.addmm(bias, padding_window, weight)
             has_padding_window = (used + width <= self.n_chars).unsqueeze(1)
             pooled.append(torch.where(has_padding_window, torch.maximum(best, padding_value), best))
         return self.activation(torch.cat(pooled, dim=-1))
@@ -133,6 +138,6 @@ class TokenEncoder(nn.Module):
             embedded = self.char_embedding(char_ids[rows, :positions])
             outputs.append(self.cnn(embedded, padding_embedding, chunk_used))
         if not outputs:
-            return self.char_embedding.weight.new_zeros(0, sum(c.out_channels for c in self.cnn.convs))
+            return self.char_embedding.weight.new_zeros(0, sum(c.out_channels for c in self.cnn.conv_layers()))
         result = torch.cat(outputs)
         return result[torch.argsort(order)]

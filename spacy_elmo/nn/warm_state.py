@@ -33,7 +33,7 @@ def with_warm_state(bilm: BiLM, sentences: Sequence[Sequence[str]], rows: int = 
     warm.load_state_dict(bilm.state_dict(), strict=False)
     runner = StatefulBiLM(bilm)
     per_row = math.ceil(len(sentences) / rows)
-    dealt: List[List[List[str]]] = [sentences[r * per_row : (r + 1) * per_row] for r in range(rows)]
+    dealt: List[List[Sequence[str]]] = [sentences[r * per_row : (r + 1) * per_row] for r in range(rows)]
     dealt = [row for row in dealt if row]
     rows = len(dealt)
     with torch.no_grad():

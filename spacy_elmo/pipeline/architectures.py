@@ -22,7 +22,7 @@ annotated: until a mix has seen annotated docs, it gives zeros for unannotated d
 training (spaCy's own listeners do the same); an unannotated doc in training is an error.
 """
 
-from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple, cast
 
 from spacy.tokens import Doc
 from spacy.util import registry
@@ -128,7 +128,7 @@ def is_elmo_mix(model: Model) -> bool:
 
 def mix_weights(model: Model) -> Floats1d:
     """softmax(s): the normalized layer weights of an ELMo mix."""
-    return model.ops.softmax(model.get_param("scalars"))
+    return cast(Floats1d, model.ops.softmax(model.get_param("scalars")))
 
 
 def mix_gamma(model: Model) -> float:
@@ -235,7 +235,7 @@ def _stored_layers(model: Model, doc: Doc) -> Floats3d:
             f"{model.attrs['source']} needs doc._.elmo.layers: put the 'elmo' component before this one "
             "with keep_layers = true, and list it in [training] frozen_components and annotating_components"
         )
-    return output.layers
+    return cast(Floats3d, output.layers)
 
 
 def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
@@ -274,7 +274,7 @@ def _doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Optional[List[
 def _normalize_tokens(model: Model, layers: Floats3d) -> Floats3d:
     """(n_layers, n_tokens, width): each (layer, token) row to zero mean and unit variance."""
     xp = model.ops.xp
-    centred = layers - layers.mean(axis=-1, keepdims=True)
+    centred = layers - xp.mean(layers, axis=-1, keepdims=True)
     return centred / xp.sqrt((centred**2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
 
 
@@ -287,8 +287,8 @@ def _mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Fl
         return [ops.alloc2f(len(doc), model.get_dim("nO")) for doc in docs], lambda d_outputs: []
     if model.attrs["layer_norm"]:
         layers = [_normalize_tokens(model, doc_layers) for doc_layers in layers]
-    scalars: Floats1d = model.get_param("scalars")
-    weights = ops.softmax(scalars)
+    scalars = cast(Floats1d, model.get_param("scalars"))
+    weights = cast(Floats1d, ops.softmax(scalars))
     gamma = mix_gamma(model)
     mixed = [ops.xp.tensordot(weights, doc_layers, axes=1) for doc_layers in layers]
     rate = model.attrs["elmo_dropout"] if is_train else 0.0
@@ -303,7 +303,7 @@ def _mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Fl
                 d_out = d_out * masks[i]
             d_gamma += float((d_out * doc_mixed).sum())
             d_weights += gamma * ops.xp.tensordot(doc_layers, d_out, axes=([1, 2], [0, 1]))
-        d_scalars = weights * (d_weights - (weights * d_weights).sum())
+        d_scalars = weights * (d_weights - float(ops.xp.sum(weights * d_weights)))
         if model.attrs["l2_coef"]:
             d_scalars = d_scalars + 2.0 * model.attrs["l2_coef"] * scalars
         model.inc_grad("scalars", d_scalars)

@@ -5,7 +5,7 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 from spacy.language import Language
 from spacy.util import registry
@@ -18,7 +18,7 @@ def epoch_times(path: str) -> Callable[[Language, Dict[str, Any]], None]:
     emptied at the first step). An epoch's seconds count everything the loop did in it:
     updates, evaluations, saving. The epoch the training stops in is not written."""
     output = Path(path)
-    current: Dict[str, Optional[float]] = {"epoch": None, "start": None, "first_step": None}
+    current: Dict[str, Any] = {"epoch": None, "start": None, "first_step": None}
 
     def before_update(nlp: Language, info: Dict[str, Any]) -> None:
         now = time.perf_counter()

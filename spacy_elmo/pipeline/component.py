@@ -367,3 +367,11 @@ def _write_segment(stored: List[numpy.ndarray], segment: Segment, values: numpy.
 
 def _no_forward(model: Model, docs: Any, is_train: bool) -> Any:
     raise ValueError("the elmo component's stand-in model does not run: the biLM runs in the component")
+
+
+def elmo_component(nlp: Language, name: str = "elmo") -> ElmoComponent:
+    """`nlp`'s component `name`, which must be an `elmo` component."""
+    component = nlp.get_pipe(name)
+    if not isinstance(component, ElmoComponent):
+        raise ValueError(f"the pipeline's component {name!r} is not an elmo component")
+    return component

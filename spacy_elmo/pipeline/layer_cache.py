@@ -50,7 +50,7 @@ class LayerCache:
             raise ValueError(f"cache budgets must not be negative, got {max_bytes} and {max_spill_bytes}")
         if max_spill_bytes and spill_dir is None:
             raise ValueError("a spill budget needs a spill folder")
-        if max_spill_bytes and not Path(spill_dir).is_dir():
+        if max_spill_bytes and spill_dir is not None and not Path(spill_dir).is_dir():
             raise ValueError(f"{spill_dir}: the layer cache's spill folder does not exist")
         self.max_bytes = max_bytes
         self.max_spill_bytes = max_spill_bytes if spill_dir is not None else 0

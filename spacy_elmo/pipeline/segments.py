@@ -52,7 +52,7 @@ def doc_segments(doc: Doc, doc_index: int, use_sentences: bool, window_size: int
     return segments
 
 
-def token_budget_batches(items: Sequence[T], batch_tokens: int, length: Callable[[T], int] = lambda s: len(s.token_indices)) -> Iterator[List[T]]:
+def token_budget_batches(items: Sequence[T], batch_tokens: int, length: Callable[[T], int]) -> Iterator[List[T]]:
     """Length-sorted batches whose padded size (rows * longest) stays within `batch_tokens`.
 
     A single item longer than the budget forms a batch of its own.

@@ -5,7 +5,7 @@ hooks alone are not enough: `similarity` is hooked at doc, span and token level.
 are not serialized; call `set_similarity_hooks(doc)` again after loading docs.
 """
 
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import numpy
 from spacy.tokens import Doc, Span, Token
@@ -42,10 +42,9 @@ def elmo_or_plain_vector(item: Item) -> numpy.ndarray:
     """The item's ELMo vector where its doc has one (hooks or not), else `item.vector`."""
     doc = item if isinstance(item, Doc) else item.doc
     if doc_elmo(doc) is None:
-        return item.vector
-    if isinstance(item, Token):
-        return token_elmo(item)
-    return span_elmo(item if isinstance(item, Span) else item[:])
+        return cast(numpy.ndarray, item.vector)
+    vector = token_elmo(item) if isinstance(item, Token) else span_elmo(item if isinstance(item, Span) else item[:])
+    return cast(numpy.ndarray, vector)  # not None: the doc has ELMo vectors
 
 
 def cosine(item: Item, other: Item) -> float:

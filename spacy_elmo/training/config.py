@@ -8,7 +8,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Type, TypeVar, Union, get_args, get_type_hints
+from typing import Any, Dict, Optional, Type, TypeVar, Union, cast, get_args, get_type_hints
 
 from thinc.api import Config
 
@@ -163,12 +163,12 @@ def config_from_dict(raw: Dict[str, Any], source: str = "<config>") -> PretrainC
     unknown = sorted(set(raw) - set(sections))
     if unknown:
         raise ValueError(f"{source}: unknown sections {unknown}; expected {sorted(sections)}")
-    built = {}
+    built: Dict[str, Any] = {}
     for name, section in raw.items():
         if not isinstance(section, dict):
             raise ValueError(f"{source}: [{name}] must be a section")
         try:
-            built[name] = _section(sections[name].type, section, name)
+            built[name] = _section(cast(type, sections[name].type), section, name)
         except (TypeError, ValueError) as err:
             raise ValueError(f"{source}: {err}") from err
     try:
@@ -187,7 +187,7 @@ def _section(cls: Type[T], values: Dict[str, Any], name: str) -> T:
             if key != "filters" and key in hints and not _has_type(value, hints[key]):
                 raise ValueError(f"[model] {key} = {value!r} is not of type {_type_name(hints[key])}")
         try:
-            return cls.from_dict(values)  # type: ignore[return-value]
+            return cast(T, BiLMConfig.from_dict(values))
         except ValueError as err:
             raise ValueError(f"[model] {err}") from err
     unknown = sorted(set(values) - set(hints))

@@ -25,7 +25,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Iterable, Iterator, List, Match, NamedTuple, Optional, Tuple, Union, cast
 
 import spacy
 import srsly
@@ -216,7 +216,7 @@ def _pieces(text: str) -> Iterator[str]:
         cut = text.rfind(" ", start, start + MAX_CHARS_PER_PIECE)
         cut = cut if cut > start else start + MAX_CHARS_PER_PIECE
         yield text[start:cut]
-        start = _LEADING_SPACE.match(text, cut).end()
+        start = cast(Match[str], _LEADING_SPACE.match(text, cut)).end()  # the pattern matches the empty string
     if start < len(text):
         yield text[start:]
 

@@ -194,7 +194,7 @@ def test_segments_and_token_budget_batches():
     segments = doc_segments(doc, 7, use_sentences=True, window_size=3, window_overlap=0)
     assert segments == [Segment(7, [0, 1, 2], 0, 3), Segment(7, [3, 4, 5], 0, 3), Segment(7, [6], 0, 1)]
     many = [Segment(0, list(range(n)), 0, n) for n in (5, 1, 3, 5, 2, 4)]
-    batches = list(token_budget_batches(many, batch_tokens=10))
+    batches = list(token_budget_batches(many, batch_tokens=10, length=lambda s: len(s.token_indices)))
     assert sorted(len(s.token_indices) for b in batches for s in b) == [1, 2, 3, 4, 5, 5]
     for batch in batches:
         lengths = [len(s.token_indices) for s in batch]
