@@ -1,5 +1,6 @@
 """The `elmo` pipeline component: runs the biLM over docs and stores `doc._.elmo`."""
 
+import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -36,26 +37,8 @@ from .segments import Segment, doc_segments, token_budget_batches
 from .similarity import set_similarity_hooks
 from .threads import apply_num_threads
 
-DEFAULT_CONFIG: Dict[str, Any] = {
-    "weights": "",
-    "options": None,
-    "mix": "average",
-    "keep_layers": True,
-    "set_tensor": False,
-    "similarity_hooks": True,
-    "batch_tokens": 4096,
-    "use_sentences": True,
-    "window_size": 128,
-    "window_overlap": 32,
-    "device": "cpu",
-    "num_threads": 0,
-    "token_cache_size": 20000,
-    "precision": "fp32",
-    "layer_cache": "training",
-    "layer_cache_bytes": 2 * 1024**3,
-    "layer_cache_spill_bytes": 0,
-    "layer_cache_dir": None,
-}
+DEFAULT_CONFIG: Dict[str, Any] = {"weights": "", "options": None, **dataclasses.asdict(ElmoSettings())}
+"""The factory's defaults: the weights' location, then `ElmoSettings`' defaults (their one definition)."""
 
 
 @Language.factory("elmo", default_config=DEFAULT_CONFIG, assigns=["doc._.elmo_data", "doc.tensor"])

@@ -251,3 +251,24 @@ def test_the_error_handler_is_used(nlp):
 
 def test_factory_declares_what_it_assigns(nlp):
     assert "doc._.elmo_data" in nlp.get_pipe_meta("elmo").assigns
+
+
+def test_the_factory_defaults_settings_and_readme_table_agree():
+    """ElmoSettings is the one definition of the defaults: the factory's config is derived
+    from it, its signature must list the same settings, and the README table documents each."""
+    import dataclasses
+    import inspect
+    import json
+    import re
+
+    from elmo_testing import REPO
+    from spacy_elmo.pipeline.component import DEFAULT_CONFIG, make_elmo
+    from spacy_elmo.pipeline.config import ElmoSettings
+
+    fields = {field.name: field.default for field in dataclasses.fields(ElmoSettings)}
+    assert DEFAULT_CONFIG == {"weights": "", "options": None, **fields}
+    assert list(inspect.signature(make_elmo).parameters)[2:] == list(DEFAULT_CONFIG)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Component settings", 1)[1].split("\n\n", 2)[1]
+    documented = {m[1]: json.loads(m[2]) for m in re.finditer(r"^\| `(\w+)` \| `(.*?)` \|", section, flags=re.M)}
+    assert documented == DEFAULT_CONFIG
