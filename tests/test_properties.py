@@ -10,8 +10,9 @@ from spacy.language import Language
 from spacy.tokens import Doc
 from spacy.vocab import Vocab
 
+from spacy_elmo.batching import token_budget_batches
 from spacy_elmo.nn.chars import BEGIN_OF_WORD, END_OF_WORD, PADDING, batch_to_char_ids, token_to_char_ids
-from spacy_elmo.pipeline.segments import doc_segments, token_budget_batches, windows
+from spacy_elmo.pipeline.segments import doc_segments, windows
 
 FAST = settings(max_examples=100, deadline=None, derandomize=True, database=None)
 """Reproducible (no example database, a fixed seed) and quick."""

@@ -11,10 +11,10 @@ import torch
 import typer
 from tqdm import tqdm
 
+from ..batching import token_budget_batches
 from ..nn.embedder import Embedder
 from ..pipeline.component import load_bilm
 from ..pipeline.config import ElmoSettings
-from ..pipeline.segments import token_budget_batches
 from ..pipeline.threads import apply_num_threads
 from .app import app, clean_errors
 

@@ -14,6 +14,7 @@ from spacy.util import minibatch
 from spacy.vocab import Vocab
 from thinc.api import Model
 
+from ..batching import token_budget_batches
 from ..io import (
     ModelFileError,
     find_model_dir,
@@ -33,7 +34,7 @@ from .config import ElmoSettings, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .layer_cache import LayerCache, Words
 from .output import ElmoOutput
-from .segments import Segment, doc_segments, token_budget_batches
+from .segments import Segment, doc_segments
 from .similarity import set_similarity_hooks
 from .threads import apply_num_threads
 

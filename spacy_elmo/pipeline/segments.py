@@ -1,10 +1,8 @@
-"""Cutting docs into biLM inputs and grouping them into length-sorted, token-budget batches."""
+"""Cutting docs into the pieces the biLM reads: sentences, or overlapping windows."""
 
-from typing import Callable, Iterator, List, NamedTuple, Sequence, Tuple, TypeVar
+from typing import List, NamedTuple, Tuple
 
 from spacy.tokens import Doc
-
-T = TypeVar("T")
 
 
 class Segment(NamedTuple):
@@ -50,19 +48,3 @@ def doc_segments(doc: Doc, doc_index: int, use_sentences: bool, window_size: int
             if last > first:
                 segments.append(Segment(doc_index, tokens[first:last], keep_start, keep_end))
     return segments
-
-
-def token_budget_batches(items: Sequence[T], batch_tokens: int, length: Callable[[T], int]) -> Iterator[List[T]]:
-    """Length-sorted batches whose padded size (rows * longest) stays within `batch_tokens`.
-
-    A single item longer than the budget forms a batch of its own.
-    """
-    ordered = sorted(items, key=length, reverse=True)
-    batch: List[T] = []
-    for item in ordered:
-        if batch and (len(batch) + 1) * length(batch[0]) > batch_tokens:
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch

@@ -11,6 +11,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 import numpy
 import torch
 
+from ..batching import token_budget_batches
 from ..nn.bilm import BiLM
 from ..nn.special_tokens import SPECIAL_TOKENS, UNK_ID
 
@@ -70,18 +71,6 @@ def train_shards(corpus_dir: Union[str, Path]) -> List[Path]:
     return shards
 
 
-def budget_batches(sentences: Sequence[Sentence], tokens_per_batch: int) -> List[List[Sentence]]:
-    """Consecutive runs of length-sorted `sentences` (longest first) whose padded size
-    stays within the budget."""
-    batches: List[List[Sentence]] = []
-    for sentence in sentences:
-        if batches and (len(batches[-1]) + 1) * len(batches[-1][0]) <= tokens_per_batch:
-            batches[-1].append(sentence)
-        else:
-            batches.append([sentence])
-    return batches
-
-
 def bucketed_batches(
     sentences: Sequence[Sentence], tokens_per_batch: int, bucket_batches: int, generator: torch.Generator
 ) -> List[List[Sentence]]:
@@ -97,7 +86,7 @@ def bucketed_batches(
             chunk.append(sentences[index])
             size += len(sentences[index])
         if chunk and (size >= chunk_tokens or index is None):
-            batches += budget_batches(sorted(chunk, key=len, reverse=True), tokens_per_batch)
+            batches += token_budget_batches(chunk, tokens_per_batch, length=len)
             chunk, size = [], 0
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 

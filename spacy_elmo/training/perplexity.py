@@ -5,7 +5,8 @@ from typing import Dict, NamedTuple, Sequence
 import torch
 
 from ..nn.objective import BiLMObjective
-from .data import Sentence, Vocabulary, budget_batches, to_tensors
+from ..batching import token_budget_batches
+from .data import Sentence, Vocabulary, to_tensors
 
 
 class NLLSums(NamedTuple):
@@ -56,10 +57,9 @@ def nll_sums(
     objective.eval()
     forward = backward = 0.0
     predictions = 0
-    ordered = sorted(sentences, key=len, reverse=True)
     try:
         with torch.no_grad():
-            for batch in budget_batches(ordered, tokens_per_batch):
+            for batch in token_budget_batches(sentences, tokens_per_batch, length=len):
                 tensors = to_tensors(batch, vocab, objective.bilm)
                 result = objective(*(t.to(device) for t in tensors))
                 forward += float(result.forward_nll)

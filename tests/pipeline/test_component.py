@@ -5,9 +5,10 @@ import pytest
 import spacy
 import torch
 
+from spacy_elmo.batching import token_budget_batches
 from spacy_elmo.io import ModelFileError
 from spacy_elmo.pipeline.component import ElmoComponent
-from spacy_elmo.pipeline.segments import Segment, doc_segments, token_budget_batches, windows
+from spacy_elmo.pipeline.segments import Segment, doc_segments, windows
 
 TEXT = "I sat by the bank of the river."
 

@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from elmo_testing import random_bilm, random_word_bilm
+from spacy_elmo.batching import token_budget_batches
 from spacy_elmo.nn.chars import token_to_char_ids
 from spacy_elmo.nn.special_tokens import UNK_ID
 from spacy_elmo.training.data import (
     BatchStream,
     DataPosition,
     Vocabulary,
-    budget_batches,
     bucketed_batches,
     read_sentences,
     to_tensors,
@@ -38,11 +38,12 @@ def test_long_sentences_are_cut_and_blank_lines_skipped(tmp_path):
     assert read_sentences(tmp_path / "s.txt", 3) == [["a", "b", "c"], ["d", "e", "f"], ["g"], ["h", "i"]]
 
 
-def test_budget_batches_stay_within_the_padded_budget():
-    sentences = sorted(([str(i)] * (1 + i % 9) for i in range(100)), key=len, reverse=True)
-    batches = budget_batches(sentences, 20)
+def test_token_budget_batches_of_sentences_stay_within_the_padded_budget():
+    sentences = [[str(i)] * (1 + i % 9) for i in range(100)]
+    batches = list(token_budget_batches(sentences, 20, length=len))
     assert sum(len(b) for b in batches) == 100
     assert all(len(b) * len(b[0]) <= 20 for b in batches)
+    assert [len(s) for b in batches for s in b] == sorted((len(s) for s in sentences), reverse=True)
 
 
 def test_bucketed_batches_keep_every_sentence_and_follow_the_seed():
