@@ -39,6 +39,17 @@ def tiny_word_model_dir(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def trained_pipeline(tiny_model_dir, tmp_path_factory) -> Path:
+    """A saved pipeline whose tagger and morphologizer each trained their own ELMo mix."""
+    from elmo_testing import elmo_tagging_pipeline, train_pipeline
+
+    nlp = train_pipeline(elmo_tagging_pipeline(tiny_model_dir, per_task=True), steps=30)
+    path = tmp_path_factory.mktemp("trained") / "pipeline"
+    nlp.to_disk(path)
+    return path
+
+
 @pytest.fixture
 def nlp(tiny_model_dir):
     import spacy

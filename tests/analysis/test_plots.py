@@ -9,7 +9,7 @@ import pytest
 import spacy
 from typer.testing import CliRunner
 
-from elmo_testing import elmo_tagging_pipeline, plain, train_pipeline
+from elmo_testing import plain
 from spacy_elmo.analysis import plots
 from spacy_elmo.analysis.senses import sense_map, word_uses
 from spacy_elmo.analysis.vectors import elmo_pipeline, embed
@@ -67,15 +67,6 @@ def write_metrics(path, steps=50, log_every=5, eval_every=20, seconds_per_step=2
     text = "".join(json.dumps(line) + "\n" for line in lines)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + ('{"step": 55, "los' if with_cut_line else ""), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def trained_pipeline(tiny_model_dir, tmp_path_factory):
-    """A saved pipeline whose tagger and morphologizer each trained their own ELMo mix."""
-    nlp = train_pipeline(elmo_tagging_pipeline(tiny_model_dir, per_task=True), steps=30)
-    path = tmp_path_factory.mktemp("trained") / "pipeline"
-    nlp.to_disk(path)
     return path
 
 

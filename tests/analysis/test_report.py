@@ -14,7 +14,7 @@ import pytest
 import spacy
 from typer.testing import CliRunner
 
-from elmo_testing import elmo_tagging_pipeline, plain, random_bilm, train_pipeline
+from elmo_testing import plain, random_bilm
 from spacy_elmo.analysis.plots import pipeline_mixes
 from spacy_elmo.analysis.report import write_report
 from spacy_elmo.cli import app
@@ -120,14 +120,6 @@ def project(tmp_path_factory):
     (root / "metrics" / "test.json").write_text(json.dumps(evaluation), encoding="utf-8")
     (root / "probe.json").write_text(json.dumps(PROBE_REPORT), encoding="utf-8")
     return root
-
-
-@pytest.fixture(scope="module")
-def trained_pipeline(tiny_model_dir, tmp_path_factory):
-    nlp = train_pipeline(elmo_tagging_pipeline(tiny_model_dir, per_task=True), steps=30)
-    path = tmp_path_factory.mktemp("trained") / "pipeline"
-    nlp.to_disk(path)
-    return path
 
 
 @pytest.fixture(scope="module")
