@@ -308,6 +308,7 @@ class Trainer:
                 self._checkpoint("last.pt")
             if not self.dev and self.process.is_main:
                 self._save_model("model-best", {})
+            barrier(self.process)  # no process tears the group down while another still works
         except WriteError as err:
             raise WriteError(err.path, err.cause, f"the run stopped; {self._last_checkpoint()}") from err.cause
         finally:
