@@ -212,7 +212,7 @@ def test_ambiguous_words_ranks_content_words_by_spread():
     docs = planted_docs()
     found = ambiguous_words(docs, n=5, min_count=10)
     assert [spread.word for spread in found] == ["bank", "water", "river"]  # "the" is a stop word
-    assert all(spread.count == 10 for spread in found)
+    assert all(spread.uses == 10 for spread in found)
     assert found[-1].spread == pytest.approx(0.0, abs=1e-7)
     assert found[0].spread > found[1].spread > 0
     baseline = dispersion(numpy.concatenate([doc._.elmo.layers[2][[0, 1, 3]] for doc in docs]))  # every content token
