@@ -39,7 +39,7 @@ from spacy.tokens import Doc
 from tqdm import tqdm
 
 from ..pipeline.component import elmo_component
-from .vectors import embed, iter_docs
+from .vectors import embed, iter_docs, unit_rows
 
 PathLike = Union[str, Path]
 Log = Callable[[str], None]
@@ -264,13 +264,6 @@ class IndexWriter:
 
     def _changed(self) -> ValueError:
         return ValueError(f"the corpus changed while it was being indexed (at doc {self.n_docs + 1})")
-
-
-def unit_rows(vectors: numpy.ndarray) -> numpy.ndarray:
-    """(n, width) -> (n, width) float32 rows of unit L2 norm (zero rows stay zero)."""
-    vectors = numpy.asarray(vectors, dtype=numpy.float32)
-    norms = numpy.linalg.norm(vectors, axis=-1, keepdims=True)
-    return numpy.divide(vectors, norms, out=numpy.zeros_like(vectors), where=norms > 0)
 
 
 def check_replaceable(directory: Path) -> None:

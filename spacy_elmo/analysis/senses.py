@@ -15,7 +15,7 @@ import numpy
 from spacy.language import Language
 from spacy.tokens import Doc, Token
 
-from .vectors import embed
+from .vectors import embed, unit_rows
 
 KMEANS_SEED = 0
 KMEANS_RESTARTS = 10
@@ -114,13 +114,6 @@ def _layer_index(layer: int, n_layers: int) -> int:
     if not -n_layers <= layer < n_layers:
         raise ValueError(f"layer {layer} does not exist: the model has layers 0..{n_layers - 1}")
     return layer % n_layers
-
-
-def unit_rows(vectors: numpy.ndarray) -> numpy.ndarray:
-    """(n, d) -> (n, d) float64, each non-zero row scaled to length 1."""
-    vectors = numpy.asarray(vectors, dtype=numpy.float64)
-    norms = numpy.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / numpy.where(norms > 0, norms, 1.0)
 
 
 class Projection(NamedTuple):
@@ -238,7 +231,7 @@ def sense_map(uses: WordUses, clusters: int = 2, labels: Optional[Sequence[str]]
         raise ValueError(f"a sense map of '{uses.word}' needs at least 2 uses, the corpus has {len(uses)}")
     if labels is not None and len(labels) != len(uses):
         raise ValueError(f"{len(labels)} labels given for {len(uses)} uses of '{uses.word}'")
-    vectors = unit_rows(uses.vectors)
+    vectors = unit_rows(uses.vectors, numpy.float64)
     projection = fit_pca(vectors)
     if labels is None:
         groups = [f"cluster {c + 1}" for c in kmeans(vectors, clusters)]
@@ -247,7 +240,7 @@ def sense_map(uses: WordUses, clusters: int = 2, labels: Optional[Sequence[str]]
     return SenseMap(
         uses=uses,
         coordinates=projection.transform(vectors),
-        context_free=projection.transform(unit_rows(uses.context_free[None]))[0],
+        context_free=projection.transform(unit_rows(uses.context_free[None], numpy.float64))[0],
         groups=groups,
         explained=projection.explained,
     )
@@ -255,8 +248,8 @@ def sense_map(uses: WordUses, clusters: int = 2, labels: Optional[Sequence[str]]
 
 def dispersion(vectors: numpy.ndarray) -> float:
     """Mean cosine distance of (n, d) vectors from their centroid (0: all alike)."""
-    unit = unit_rows(vectors)
-    centroid = unit_rows(unit.mean(axis=0, keepdims=True))[0]
+    unit = unit_rows(vectors, numpy.float64)
+    centroid = unit_rows(unit.mean(axis=0, keepdims=True), numpy.float64)[0]
     return float(numpy.mean(1.0 - unit @ centroid))
 
 

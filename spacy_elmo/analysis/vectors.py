@@ -10,6 +10,7 @@ the component over docs with a progress bar, so every analysis sees exactly the 
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
+import numpy
 import srsly
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
@@ -86,6 +87,13 @@ def embed(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int] = None
         for doc in elmo.pipe(docs):
             bar.update(len(doc))
             yield doc
+
+
+def unit_rows(vectors: numpy.ndarray, dtype: type = numpy.float32) -> numpy.ndarray:
+    """(n, width) -> (n, width) rows of unit L2 norm in `dtype` (zero rows stay zero)."""
+    vectors = numpy.asarray(vectors, dtype=dtype)
+    norms = numpy.linalg.norm(vectors, axis=-1, keepdims=True)
+    return numpy.divide(vectors, norms, out=numpy.zeros_like(vectors), where=norms > 0)
 
 
 def layer_names(n_output_layers: int) -> List[str]:

@@ -26,9 +26,8 @@ from spacy_elmo.analysis.neighbors import (
     open_index,
     resolve_layer,
     top_k_cosine,
-    unit_rows,
 )
-from spacy_elmo.analysis.vectors import elmo_pipeline, iter_docs
+from spacy_elmo.analysis.vectors import elmo_pipeline, iter_docs, unit_rows
 from spacy_elmo.cli import app
 from spacy_elmo.io import save_model
 

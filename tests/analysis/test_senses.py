@@ -12,10 +12,9 @@ from spacy_elmo.analysis.senses import (
     fit_pca,
     kmeans,
     sense_map,
-    unit_rows,
     word_uses,
 )
-from spacy_elmo.analysis.vectors import elmo_pipeline, embed
+from spacy_elmo.analysis.vectors import elmo_pipeline, embed, unit_rows
 from spacy_elmo.pipeline.extensions import install_extensions
 
 TEXTS = [
@@ -169,7 +168,7 @@ def test_sense_map_projects_clusters_and_places_the_context_free_vector():
     sense = sense_map(uses, clusters=2)
     assert sense.coordinates.shape == (60, 2) and sense.context_free.shape == (2,)
     assert len(set(zip(truth, sense.groups))) == 2  # one group per planted cluster
-    unit = unit_rows(uses.vectors)
+    unit = unit_rows(uses.vectors, numpy.float64)
     projection = fit_pca(unit)
     numpy.testing.assert_allclose(sense.coordinates, projection.transform(unit))
     numpy.testing.assert_allclose(sense.context_free, projection.transform([[1.0, 0.0, 0.0]])[0])
