@@ -15,9 +15,11 @@ from pathlib import Path
 from string import Template
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from spacy.language import Language
 from spacy.tokens import Doc
 
-from ..pipeline.component import load_bilm
+from ..nn.bilm import BiLM
+from ..pipeline.component import elmo_component
 from . import plots
 from .senses import WordUses, ambiguous_words, sense_map, word_uses
 from .vectors import elmo_pipeline, embed, read_docs
@@ -82,11 +84,12 @@ def write_report(
     metrics_path = Path(metrics) if metrics else find_beside(model, "metrics.jsonl")
     probe_path = Path(probe) if probe else find_beside(model, PROBE_FILE)
     run = metrics_path.parent if metrics_path else None
+    nlp = elmo_pipeline(model, options)  # the weights are read once, for the card and the sense maps
     sections = [
-        model_section(model, options, evaluations, corpus_folders(corpus, run)),
+        model_section(model, elmo_component(nlp).bilm, evaluations, corpus_folders(corpus, run)),
         training_section(metrics_path),
         probe_section(probe_path),
-        senses_section(model, options, corpus, limit, words, n_words, layer, clusters),
+        senses_section(nlp, corpus, limit, words, n_words, layer, clusters),
         mix_section(model),
     ]
     page = PAGE.substitute(
@@ -159,8 +162,7 @@ def find_beside(model: PathLike, name: str) -> Optional[Path]:
     return next((path for path in candidates if path.is_file()), None)
 
 
-def model_section(model: PathLike, options: Optional[PathLike], evaluations: Sequence[PathLike], corpora: Sequence[Path]) -> str:
-    bilm = load_bilm(model, options)
+def model_section(model: PathLike, bilm: BiLM, evaluations: Sequence[PathLike], corpora: Sequence[Path]) -> str:
     config = [(html.escape(key), html.escape(json.dumps(value))) for key, value in bilm.config.to_dict().items()]
     size = [("parameters", f"{sum(p.numel() for p in bilm.parameters()):,}")]
     if bilm.words is not None:
@@ -307,8 +309,7 @@ def probe_section(probe: Optional[PathLike]) -> str:
 
 
 def senses_section(
-    model: PathLike,
-    options: Optional[PathLike],
+    nlp: Language,
     corpus: Optional[PathLike],
     limit: int,
     words: Sequence[str],
@@ -318,7 +319,6 @@ def senses_section(
 ) -> str:
     if corpus is None:
         return section("Senses", absent("No corpus given (--corpus PATH): no sense maps."))
-    nlp = elmo_pipeline(model, options)
     docs = read_docs(corpus, nlp, limit)
     docs = list(embed(nlp, docs, total_tokens=sum(len(doc) for doc in docs), desc="embed corpus"))
     intro = f"<p>{len(docs):,} docs of {html.escape(str(corpus))}. "
