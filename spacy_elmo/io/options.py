@@ -4,20 +4,23 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from ..nn.config import BiLMConfig
+from ..nn.chars import N_CHARACTER_IDS
+from ..nn.config import LEGACY_KEYS, BiLMConfig
 from .errors import ModelFileError
 
 
 def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
     """Map a parsed options dict to a `BiLMConfig`; KeyError/ValueError on bad content."""
     lstm, cnn = options["lstm"], options["char_cnn"]
+    n_characters = cnn.get("n_characters", N_CHARACTER_IDS)
+    if n_characters not in LEGACY_KEYS["n_characters"]:  # bilm-tf trains with 261 and infers with 262
+        raise ValueError(f"char_cnn.n_characters must be 261 or 262, got {n_characters!r}")
     return BiLMConfig(
         filters=tuple(tuple(f) for f in cnn["filters"]),
         char_embedding_dim=int(cnn["embedding"]["dim"]),
         n_highway=int(cnn["n_highway"]),
         activation=cnn.get("activation", "relu"),
         max_characters_per_token=int(cnn.get("max_characters_per_token", 50)),
-        n_characters=int(cnn.get("n_characters", 262)),
         lstm_dim=int(lstm["dim"]),
         projection_dim=int(lstm["projection_dim"]),
         n_layers=int(lstm["n_layers"]),
@@ -49,7 +52,7 @@ def options_from_config(config: BiLMConfig) -> Dict[str, Any]:
             "embedding": {"dim": config.char_embedding_dim},
             "filters": [list(f) for f in config.filters],
             "n_highway": config.n_highway,
-            "n_characters": 262,
+            "n_characters": N_CHARACTER_IDS,
             "max_characters_per_token": config.max_characters_per_token,
             "activation": config.activation,
         },

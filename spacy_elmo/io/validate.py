@@ -15,6 +15,7 @@ import numpy
 import torch
 
 from ..nn.bilm import BiLM
+from ..nn.chars import N_CHARACTER_IDS
 from ..nn.config import BiLMConfig
 from ..nn.special_tokens import SPECIAL_TOKENS
 from ..nn.word_encoder import check_words
@@ -82,7 +83,7 @@ def describe_bilm(bilm: BiLM) -> Dict[str, str]:
             f"character embeddings, {config.n_highway} highway layers, projection to {config.projection_dim}, "
             f"up to {config.max_characters_per_token} characters per token"
         )
-        vocabulary = f"{config.n_characters} character ids (open vocabulary)"
+        vocabulary = f"{N_CHARACTER_IDS} character ids (open vocabulary)"
     return {
         "token encoder": encoder,
         "LSTM": (

@@ -14,6 +14,8 @@ END_OF_SENTENCE = 257
 BEGIN_OF_WORD = 258
 END_OF_WORD = 259
 PADDING = 260
+N_CHARACTER_IDS = 262
+"""Rows of the character table: the 261 ids above (+1) and 0 for a padded token."""
 MAX_CHARACTERS = 50
 
 

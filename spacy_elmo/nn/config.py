@@ -1,10 +1,15 @@
 """Hyperparameters of an ELMo biLM, independent of any file format."""
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
-ACTIVATIONS = ("relu", "tanh")
-TOKEN_ENCODERS = ("characters", "words")
+Activation = Literal["relu", "tanh"]
+TokenEncoderKind = Literal["characters", "words"]
+ACTIVATIONS: Tuple[str, ...] = get_args(Activation)
+TOKEN_ENCODERS: Tuple[str, ...] = get_args(TokenEncoderKind)
+LEGACY_KEYS = {"n_characters": (261, 262)}
+"""Keys configs written by earlier versions hold, with the values they may have: the
+character table always has 262 rows (`nn.chars.N_CHARACTER_IDS`), whatever they say."""
 
 
 @dataclass(frozen=True)
@@ -18,13 +23,12 @@ class BiLMConfig:
     `lstm_dim` is the LSTM cell size.
     """
 
-    token_encoder: str = "characters"
+    token_encoder: TokenEncoderKind = "characters"
     filters: Tuple[Tuple[int, int], ...] = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
     char_embedding_dim: int = 16
     n_highway: int = 1
-    activation: str = "relu"
+    activation: Activation = "relu"
     max_characters_per_token: int = 50
-    n_characters: int = 262
     lstm_dim: int = 1024
     projection_dim: int = 128
     n_layers: int = 2
@@ -49,8 +53,6 @@ class BiLMConfig:
             problems.append("max_characters_per_token must be at least 3")
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.n_characters not in (261, 262):
-            problems.append(f"n_characters must be 261 or 262, got {self.n_characters}")
         for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be positive")
@@ -82,8 +84,17 @@ class BiLMConfig:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        data = without_legacy_keys(data)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise ValueError(f"Unknown biLM configuration keys: {unknown}")
         return cls(**known)
+
+
+def without_legacy_keys(data: Dict[str, Any]) -> Dict[str, Any]:
+    """`data` less the `LEGACY_KEYS`; ValueError if one holds a value it never could."""
+    for key, allowed in LEGACY_KEYS.items():
+        if key in data and data[key] not in allowed:
+            raise ValueError(f"Invalid biLM configuration: {key} must be one of {allowed}, got {data[key]!r}")
+    return {key: value for key, value in data.items() if key not in LEGACY_KEYS}

@@ -12,7 +12,7 @@ import numpy
 import torch
 from torch import nn
 
-from .chars import PADDING, begin_of_sentence_ids, end_of_sentence_ids, token_to_char_ids
+from .chars import N_CHARACTER_IDS, PADDING, begin_of_sentence_ids, end_of_sentence_ids, token_to_char_ids
 from .config import BiLMConfig
 
 PADDING_ID = PADDING + 1
@@ -81,7 +81,7 @@ class TokenEncoder(nn.Module):
     def __init__(self, config: BiLMConfig) -> None:
         super().__init__()
         # Row 0 is the padded-token id; the loader keeps it at zero.
-        self.char_embedding = nn.Embedding(262, config.char_embedding_dim, padding_idx=0)
+        self.char_embedding = nn.Embedding(N_CHARACTER_IDS, config.char_embedding_dim, padding_idx=0)
         self.cnn = CharCNN(config)
         self.max_width = max(width for width, _ in config.filters)
         self.highways = nn.ModuleList(Highway(config.n_filters) for _ in range(config.n_highway))

@@ -98,6 +98,14 @@ def test_training_options_with_261_characters_load(tmp_path, allennlp_fixture):
     numpy.testing.assert_array_equal(embed(a), embed(b))
 
 
+def test_options_with_another_character_count_name_the_key(tmp_path, allennlp_fixture):
+    options = json.loads((allennlp_fixture / "options.json").read_text())
+    options["char_cnn"]["n_characters"] = 300
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    with pytest.raises(ModelFileError, match="options.json.*char_cnn.n_characters must be 261 or 262, got 300"):
+        load_public_model(tmp_path / "options.json", allennlp_fixture / "lm_weights.hdf5")
+
+
 def test_missing_weight_file_names_it(tmp_path, allennlp_fixture):
     missing = tmp_path / "nope.hdf5"
     with pytest.raises(ModelFileError, match="nope.hdf5: weight file not found"):

@@ -33,9 +33,6 @@ def test_derived_sizes():
     [
         (dict(activation="sigmoid"), "activation"),
         (dict(activation="RELU"), "activation"),
-        (dict(n_characters=263), "n_characters"),
-        (dict(n_characters=260), "n_characters"),
-        (dict(n_characters=256), "n_characters"),
         (dict(projection_dim=13), "projection_dim"),
         (dict(filters=((1, 4), (51, 8))), "wider"),
         (dict(filters=((1, 4), (4, 8)), max_characters_per_token=3), "wider"),
@@ -58,15 +55,26 @@ def test_invalid_settings_raise_value_error(overrides, fragment):
 
 def test_all_problems_are_reported_together():
     with pytest.raises(ValueError) as info:
-        tiny(activation="gelu", n_characters=300)
-    assert "activation" in str(info.value) and "n_characters" in str(info.value)
+        tiny(activation="gelu", n_layers=0)
+    assert "activation" in str(info.value) and "n_layers" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [261, 262])
+def test_the_legacy_n_characters_key_of_earlier_configs_loads(value):
+    data = {**tiny().to_dict(), "n_characters": value}
+    assert BiLMConfig.from_dict(data) == tiny()
+    assert "n_characters" not in BiLMConfig.from_dict(data).to_dict()
+
+
+@pytest.mark.parametrize("value", [263, 260, 256, "262"])
+def test_a_legacy_n_characters_it_never_could_hold_is_an_error(value):
+    with pytest.raises(ValueError, match=f"n_characters must be one of \\(261, 262\\), got {value!r}"):
+        BiLMConfig.from_dict({**tiny().to_dict(), "n_characters": value})
 
 
 @pytest.mark.parametrize(
     "overrides",
     [
-        dict(n_characters=261),
-        dict(n_characters=262),
         dict(projection_dim=12),  # equal to lstm_dim is allowed
         dict(filters=((50, 2),)),  # exactly max_characters_per_token wide
         dict(cell_clip=None, proj_clip=None),
@@ -92,7 +100,7 @@ def test_config_is_frozen():
         config.lstm_dim = 7
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(cell_clip=None, activation="tanh", use_skip_connections=False, n_characters=261)])
+@pytest.mark.parametrize("overrides", [{}, dict(cell_clip=None, activation="tanh", use_skip_connections=False)])
 def test_dict_round_trip_through_json(overrides):
     config = tiny(**overrides)
     data = config.to_dict()
