@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
 import numpy
-import torch
 import typer
 from tqdm import tqdm
 
 from ..batching import token_budget_batches
+from ..devices import INFERENCE_DEVICES, pick_device
 from ..nn.embedder import Embedder
 from ..pipeline.component import load_bilm
 from ..pipeline.config import ElmoSettings
@@ -50,7 +50,7 @@ def dump(
             raise ValueError(f"{output_file.parent}: output directory not found")
         n_lines, n_tokens = scan_input(input_file, use_sentence_keys)
         apply_num_threads(threads)
-        bilm = load_bilm(str(model), str(options) if options else None).to(torch.device(device))
+        bilm = load_bilm(str(model), str(options) if options else None).to(pick_device(device, INFERENCE_DEVICES, name="--device"))
     embedder = Embedder(bilm, cache_size=cache_size, precision=precision)
     import h5py
 

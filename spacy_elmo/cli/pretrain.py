@@ -3,19 +3,18 @@
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 from spacy.cli._util import parse_config_overrides
 
+from ..devices import TRAINING_DEVICES, pick_device
 from ..training.checkpoint import load_trained_model, trained_max_sentence_tokens
 from ..training.config import load_config
 from ..training.data import read_sentences
-from ..training.distributed import pick_device
 from ..training.perplexity import perplexity
-from ..training.trainer import TrainingInterrupted
+from ..training.signals import TrainingInterrupted
 from ..training.trainer import pretrain as run_pretraining
 from .app import app, clean_errors
 
@@ -71,9 +70,7 @@ def evaluate(
     with clean_errors():
         if not text.is_file():
             raise ValueError(f"{text}: file not found")
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-            raise ValueError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
-        torch_device = pick_device(device)
+        torch_device = pick_device(device, TRAINING_DEVICES, name="--device")
         objective, vocab = load_trained_model(model_dir)
         objective.to(torch_device)
         if max_sentence_tokens is None:

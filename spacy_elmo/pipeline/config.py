@@ -4,8 +4,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Union
 
 import numpy
-import torch
 
+from ..devices import INFERENCE_DEVICES, pick_device
 from ..nn.precision import check_precision
 
 MixSetting = Union[str, int, Dict[str, Any]]
@@ -96,12 +96,4 @@ class ElmoSettings:
         for name in ("layer_cache_bytes", "layer_cache_spill_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or positive, got {getattr(self, name)}")
-        try:
-            device = torch.device(self.device)
-        except RuntimeError as err:
-            raise ValueError(f"device {self.device!r} is not a torch device ({err})") from err
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device!r} asked for, but torch sees no CUDA device here")
-        if device.type not in ("cpu", "cuda", "mps", "xpu"):
-            raise ValueError(f"device {self.device!r} cannot run the biLM: use 'cpu' or a GPU device")
-        check_precision(self.precision, device)
+        check_precision(self.precision, pick_device(self.device, INFERENCE_DEVICES))

@@ -52,6 +52,27 @@ class WriteError(OSError):
 
 
 @dataclass
+class ThroughputWindow:
+    """What happened since the last metrics line."""
+
+    loss_sum: float = 0.0
+    """Summed NLL (mean of the two directions), all processes."""
+    predictions: int = 0
+    """Predictions per direction."""
+    tokens: int = 0
+    seconds: float = 0.0
+    """Wall time of the steps themselves."""
+    skipped: int = 0
+    """Steps skipped for a non-finite loss or gradient."""
+
+    def add_step(self, loss_sum: float, predictions: int, tokens: int, seconds: float) -> None:
+        self.loss_sum += loss_sum
+        self.predictions += predictions
+        self.tokens += tokens
+        self.seconds += seconds
+
+
+@dataclass
 class Progress:
     step: int = 0
     position: DataPosition = field(default_factory=DataPosition)
@@ -64,14 +85,11 @@ class Progress:
     best_step: int = 0
     evaluated_step: int = -1
     """The step of the last dev evaluation."""
-    window: List[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
-    """Since the last metrics line: summed NLL, predictions, tokens, step seconds."""
+    window: ThroughputWindow = field(default_factory=ThroughputWindow)
     skipped_steps: int = 0
     """Steps skipped for a non-finite loss or gradient, in all (not counted in `step`)."""
     bad_streak: int = 0
     """Of those, how many in a row up to now."""
-    window_skipped: int = 0
-    """Of those, how many since the last metrics line."""
 
     def to_dict(self) -> Dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -80,7 +98,12 @@ class Progress:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Progress":
-        return cls(**{**data, "position": DataPosition(*data["position"])})
+        data = dict(data)
+        window = data.pop("window")
+        if isinstance(window, list):  # checkpoints of earlier versions: [loss_sum, predictions, tokens, seconds]
+            loss_sum, predictions, tokens, seconds = window
+            window = {"loss_sum": loss_sum, "predictions": int(predictions), "tokens": int(tokens), "seconds": seconds, "skipped": data.pop("window_skipped", 0)}
+        return cls(**{**data, "position": DataPosition(*data["position"]), "window": ThroughputWindow(**window)})
 
 
 def save_checkpoint(

@@ -1,140 +1,134 @@
-"""The pretraining configuration: spaCy's config format, validated on load.
+"""The pretraining configuration: spaCy's config format, validated on load by pydantic.
 
 Sections: `[paths]` (corpus, init_from), `[model]` (a `BiLMConfig`), `[head]`,
-`[optimizer]`, `[schedule]`, `[batching]` and `[training]`. Every key is checked for
-its name, type and range, so a typo fails at load time, not an hour into training.
+`[optimizer]`, `[schedule]`, `[batching]` and `[training]`. Every key's spelling, type
+and range is checked when the file is read, each problem named as "[section] key = value:
+what is wrong", so a typo fails at load time, not an hour into training. Types are
+strict: a string is not a number, a boolean not an integer (an integer is a float).
 """
-import dataclasses
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Dict, Optional, Type, TypeVar, Union, cast, get_args, get_type_hints
 
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
+
+from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model
+from pydantic.dataclasses import dataclass
+from pydantic_core import ErrorDetails
 from thinc.api import Config
 
-from ..nn.config import BiLMConfig
+from ..devices import TRAINING_DEVICES, check_device
+from ..nn.config import BiLMConfig, without_legacy_keys
 
-T = TypeVar("T")
+SECTION = ConfigDict(extra="forbid")
+Int = Annotated[int, Strict()]
+Positive = Annotated[int, Strict(), Field(ge=1)]
+NotNegative = Annotated[int, Strict(), Field(ge=0)]
+Number = Annotated[float, Strict()]
+Text = Annotated[str, Strict()]
 
 
-@dataclass(frozen=True)
+class Resumable:
+    """Marks a [training] key that a resumed run may change (`Annotated[..., RESUMABLE]`)."""
+
+
+RESUMABLE = Resumable()
+
+
+@dataclass(frozen=True, config=SECTION)
 class PathsSettings:
-    corpus: str = "corpus"
+    corpus: Text = "corpus"
     """A folder written by `corpus`: train/shard_*.txt, dev.txt, test.txt, vocab.txt."""
-    init_from: Optional[str] = None
+    init_from: Optional[Text] = None
     """A model directory, a pipeline with an elmo component, or a public .hdf5 (with
     `init_options`) whose biLM weights start the training; the softmax starts fresh."""
-    init_options: Optional[str] = None
+    init_options: Optional[Text] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class HeadSettings:
-    type: str = "sampled"
+    type: Literal["full", "sampled"] = "sampled"
     """"full" softmax or "sampled" softmax (training only; evaluation is always exact)."""
-    n_samples: int = 8192
-
-    def __post_init__(self) -> None:
-        _check(self.type in ("full", "sampled"), f"head.type must be 'full' or 'sampled', got {self.type!r}")
-        _check(self.n_samples >= 1, "head.n_samples must be positive")
+    n_samples: Positive = 8192
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class OptimizerSettings:
-    name: str = "adagrad"
-    learning_rate: float = 0.2
-    initial_accumulator: float = 1.0
+    name: Literal["adam", "adagrad"] = "adagrad"
+    learning_rate: Annotated[float, Strict(), Field(gt=0)] = 0.2
+    initial_accumulator: Annotated[float, Strict(), Field(ge=0)] = 1.0
     """Adagrad's starting accumulator, as bilm-tf."""
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check(self.name in ("adam", "adagrad"), f"optimizer.name must be 'adam' or 'adagrad', got {self.name!r}")
-        _check(self.learning_rate > 0, "optimizer.learning_rate must be positive")
-        _check(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "optimizer.beta1 and beta2 must be in [0, 1)")
-        _check(self.eps > 0 and self.initial_accumulator >= 0 and self.weight_decay >= 0, "optimizer.eps must be positive, initial_accumulator and weight_decay not negative")
+    beta1: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.999
+    eps: Annotated[float, Strict(), Field(gt=0)] = 1e-8
+    weight_decay: Annotated[float, Strict(), Field(ge=0)] = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class ScheduleSettings:
-    warmup_steps: int = 0
+    warmup_steps: NotNegative = 0
     """The learning rate rises linearly from 0 over these steps."""
-    decay: str = "constant"
+    decay: Literal["constant", "linear", "inverse_sqrt"] = "constant"
     """After warmup: "constant", "linear" (to `final_fraction` at training.max_steps) or
     "inverse_sqrt" (proportional to 1/sqrt(step))."""
-    final_fraction: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check(self.warmup_steps >= 0, "schedule.warmup_steps must not be negative")
-        _check(self.decay in ("constant", "linear", "inverse_sqrt"), f"schedule.decay must be constant, linear or inverse_sqrt, got {self.decay!r}")
-        _check(0 <= self.final_fraction <= 1, "schedule.final_fraction must be in [0, 1]")
+    final_fraction: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class BatchingSettings:
-    tokens_per_batch: int = 4096
+    tokens_per_batch: Positive = 4096
     """Padded tokens (rows x longest row) of one global batch, all processes together."""
-    max_sentence_tokens: int = 100
+    max_sentence_tokens: Positive = 100
     """Longer sentences are cut into consecutive pieces of at most this many tokens."""
-    bucket_batches: int = 50
+    bucket_batches: Positive = 50
     """Sentences are sorted by length within shuffled chunks of about this many batches."""
 
     def __post_init__(self) -> None:
-        _check(self.tokens_per_batch >= 1, "batching.tokens_per_batch must be positive")
-        _check(self.max_sentence_tokens >= 1, "batching.max_sentence_tokens must be positive")
-        _check(self.max_sentence_tokens <= self.tokens_per_batch, "batching.max_sentence_tokens must not exceed tokens_per_batch")
-        _check(self.bucket_batches >= 1, "batching.bucket_batches must be positive")
+        _check(self.max_sentence_tokens <= self.tokens_per_batch, "max_sentence_tokens must not exceed tokens_per_batch")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class TrainingSettings:
-    seed: int = 0
-    dropout: float = 0.1
-    grad_clip: float = 10.0
+    seed: Int = 0
+    dropout: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.1
+    grad_clip: Annotated[float, Strict(), Field(ge=0)] = 10.0
     """Gradient-norm clipping threshold (0: none)."""
-    max_steps: int = 0
+    max_steps: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
     """Stop after this many optimizer steps (0: no step limit)."""
-    max_seconds: float = 0.0
+    max_seconds: Annotated[float, Strict(), Field(ge=0), RESUMABLE] = 0.0
     """Stop after this much training wall time, summed over resumed runs (0: no limit)."""
-    max_epochs: int = 0
+    max_epochs: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
     """Stop after this many passes over the training shards (0: no limit)."""
-    eval_every: int = 500
-    checkpoint_every: int = 500
-    log_every: int = 10
-    device: str = "cpu"
+    eval_every: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 500
+    checkpoint_every: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 500
+    log_every: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 10
+    device: Annotated[str, Strict(), RESUMABLE] = "cpu"
     """"cpu", "cuda", "cuda:N" or "auto" (cuda when available). Under torchrun each process
     takes the GPU of its LOCAL_RANK."""
-    mixed_precision: bool = False
+    mixed_precision: Annotated[bool, Strict()] = False
     """bf16 autocast for the training steps (fp32 master weights and optimizer state, fp32
     dev perplexity) where bf16 is native: a GPU, or a CPU with AVX512-BF16 or AMX. Elsewhere
     fp32, with a warning."""
-    num_threads: int = 0
+    num_threads: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
     """torch CPU threads per process (0: torch's default)."""
-    max_bad_steps: int = 5
+    max_bad_steps: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 5
     """Stop after this many consecutive steps with a non-finite loss or gradient. Each such
     step is skipped: no optimizer step, and it does not count as a step."""
 
     def __post_init__(self) -> None:
-        _check(0 <= self.dropout < 1, "training.dropout must be in [0, 1)")
-        _check(self.grad_clip >= 0, "training.grad_clip must not be negative")
-        _check(min(self.max_steps, self.max_seconds, self.max_epochs) >= 0, "training budgets must not be negative")
-        _check(self.max_steps or self.max_seconds or self.max_epochs, "set a budget: training.max_steps, max_seconds or max_epochs")
-        _check(min(self.eval_every, self.checkpoint_every, self.log_every) >= 1, "eval_every, checkpoint_every and log_every must be positive")
-        _check(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device), f"training.device must be cpu, cuda, cuda:N or auto, got {self.device!r}")
-        _check(self.num_threads >= 0, "training.num_threads must not be negative")
-        _check(self.max_bad_steps >= 1, "training.max_bad_steps must be positive")
+        _check(self.max_steps or self.max_seconds or self.max_epochs, "set a budget: max_steps, max_seconds or max_epochs")
+        check_device(self.device, TRAINING_DEVICES, auto=True, name="device")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True))
 class PretrainConfig:
-    paths: PathsSettings = field(default_factory=PathsSettings)
-    model: BiLMConfig = field(default_factory=BiLMConfig)
-    head: HeadSettings = field(default_factory=HeadSettings)
-    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
-    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
-    batching: BatchingSettings = field(default_factory=BatchingSettings)
-    training: TrainingSettings = field(default_factory=TrainingSettings)
+    paths: PathsSettings = dataclasses.field(default_factory=PathsSettings)
+    model: BiLMConfig = dataclasses.field(default_factory=BiLMConfig)
+    head: HeadSettings = dataclasses.field(default_factory=HeadSettings)
+    optimizer: OptimizerSettings = dataclasses.field(default_factory=OptimizerSettings)
+    schedule: ScheduleSettings = dataclasses.field(default_factory=ScheduleSettings)
+    batching: BatchingSettings = dataclasses.field(default_factory=BatchingSettings)
+    training: TrainingSettings = dataclasses.field(default_factory=TrainingSettings)
 
     def __post_init__(self) -> None:
         _check(
@@ -149,6 +143,13 @@ class PretrainConfig:
         return data
 
 
+def resumable_keys() -> Tuple[str, ...]:
+    """The [training] keys marked `RESUMABLE`: the budget, the machine, the reporting, the
+    tolerance of non-finite steps."""
+    hints = typing.get_type_hints(TrainingSettings, include_extras=True)
+    return tuple(name for name, hint in hints.items() if any(isinstance(m, Resumable) for m in getattr(hint, "__metadata__", ())))
+
+
 def load_config(path: Union[str, Path], overrides: Optional[Dict[str, Any]] = None) -> PretrainConfig:
     """Read and validate a pretraining config; `overrides` maps "section.key" to values."""
     path = Path(path)
@@ -159,62 +160,66 @@ def load_config(path: Union[str, Path], overrides: Optional[Dict[str, Any]] = No
 
 
 def config_from_dict(raw: Dict[str, Any], source: str = "<config>") -> PretrainConfig:
-    sections = {f.name: f for f in dataclasses.fields(PretrainConfig)}
-    unknown = sorted(set(raw) - set(sections))
+    """Validate `raw` (section -> key -> value); a ValueError lists every problem, each
+    naming its section and key, after `source`."""
+    raw = dict(raw)
+    unknown = sorted(set(raw) - set(_SECTIONS))
     if unknown:
-        raise ValueError(f"{source}: unknown sections {unknown}; expected {sorted(sections)}")
-    built: Dict[str, Any] = {}
-    for name, section in raw.items():
-        if not isinstance(section, dict):
-            raise ValueError(f"{source}: [{name}] must be a section")
+        raise ValueError(f"{source}: unknown sections {unknown}; expected {sorted(_SECTIONS)}")
+    problems: List[str] = []
+    if "model" in raw:
         try:
-            built[name] = _section(cast(type, sections[name].type), section, name)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{source}: {err}") from err
-    try:
-        return PretrainConfig(**built)
-    except ValueError as err:
-        raise ValueError(f"{source}: {err}") from err
-
-
-def _section(cls: Type[T], values: Dict[str, Any], name: str) -> T:
-    hints = get_type_hints(cls)
-    if cls is BiLMConfig:
-        filters = values.get("filters", [])
-        if not (isinstance(filters, (list, tuple)) and all(_is_filter(f) for f in filters)):
-            raise ValueError(f"[model] filters = {filters!r} must be a list of [width, count] integer pairs")
-        for key, value in values.items():
-            if key != "filters" and key in hints and not _has_type(value, hints[key]):
-                raise ValueError(f"[model] {key} = {value!r} is not of type {_type_name(hints[key])}")
-        try:
-            return cast(T, BiLMConfig.from_dict(values))
+            raw["model"] = _bilm_config(raw["model"])
+        except ValidationError as err:
+            problems += [_describe(("model", *e["loc"]), e) for e in err.errors()]
         except ValueError as err:
-            raise ValueError(f"[model] {err}") from err
-    unknown = sorted(set(values) - set(hints))
-    if unknown:
-        raise ValueError(f"[{name}] unknown keys {unknown}; expected {sorted(hints)}")
-    for key, value in values.items():
-        if not _has_type(value, hints[key]):
-            raise ValueError(f"[{name}] {key} = {value!r} is not of type {_type_name(hints[key])}")
-    return cls(**values)
+            problems.append(f"[model] {err}")
+    try:
+        config = _PRETRAIN_CONFIG.validate_python(raw)
+    except ValidationError as err:
+        problems += [_describe(e["loc"], e) for e in err.errors() if not (e["loc"] and e["loc"][0] == "model" and problems)]
+    if problems:
+        raise ValueError(f"{source}: " + "; ".join(problems))
+    return config
 
 
-def _has_type(value: Any, hint: Any) -> bool:
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint in (Optional[str], Optional[float]):
-        return value is None or _has_type(value, get_args(hint)[0])
-    return isinstance(value, hint)
+_PRETRAIN_CONFIG = TypeAdapter(PretrainConfig)
+_MODEL_SECTION = create_model(  # BiLMConfig's keys and types, strictly (its ranges it checks itself)
+    "ModelSection",
+    __config__=ConfigDict(extra="forbid", strict=True),
+    **{f.name: (typing.get_type_hints(BiLMConfig)[f.name], f.default) for f in dataclasses.fields(BiLMConfig)},  # type: ignore[call-overload]
+)
 
 
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+def _bilm_config(section: Any) -> BiLMConfig:
+    if not isinstance(section, dict):
+        raise ValueError("must be a section")
+    checked = _MODEL_SECTION.model_validate(_as_tuples(without_legacy_keys(section)))
+    return BiLMConfig(**dict(checked))
 
 
-def _is_filter(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and len(value) == 2 and all(_has_type(v, int) for v in value)
+def _as_tuples(value: Any) -> Any:
+    """Config files write `filters` as lists; BiLMConfig holds tuples."""
+    if isinstance(value, dict):
+        return {key: _as_tuples(item) for key, item in value.items()}
+    return tuple(_as_tuples(item) for item in value) if isinstance(value, list) else value
+
+
+def _describe(loc: Tuple[Union[int, str], ...], error: ErrorDetails) -> str:
+    """One problem as "[section] key = value: what is wrong"."""
+    message = error["msg"].removeprefix("Value error, ")
+    if not loc:
+        return message
+    section, key = loc[0], ".".join(str(part) for part in loc[1:])
+    if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        return f"[{section}] unknown key {key!r}; expected one of {_KEYS[str(section)]}"
+    if not key:
+        return f"[{section}] {message}"
+    return f"[{section}] {key} = {error['input']!r}: {message}"
+
+
+_SECTIONS = [f.name for f in dataclasses.fields(PretrainConfig)]
+_KEYS = {f.name: sorted(g.name for g in dataclasses.fields(f.type)) for f in dataclasses.fields(PretrainConfig)}  # type: ignore[arg-type]
 
 
 def _check(condition: Any, message: str) -> None:

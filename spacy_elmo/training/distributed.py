@@ -42,24 +42,6 @@ def stop_process(process: Process) -> None:
         dist.destroy_process_group()
 
 
-def pick_device(setting: str) -> torch.device:
-    """"cpu", "cuda", "cuda:N" or "auto"; under torchrun "cuda" means this process's LOCAL_RANK GPU."""
-    if setting == "auto":
-        setting = "cuda" if torch.cuda.is_available() else "cpu"
-    if setting == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError(f"training.device = {setting!r} but torch sees no CUDA device")
-    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if setting != "cuda" and several:
-        raise ValueError(f"training.device = {setting!r} would put every torchrun process on one GPU; use 'cuda'")
-    index = int(os.environ.get("LOCAL_RANK", "0")) if setting == "cuda" else int(setting.split(":")[1])
-    if index >= torch.cuda.device_count():
-        raise ValueError(f"GPU {index} asked for, torch sees {torch.cuda.device_count()}")
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
-
-
 def sum_gradients(parameters: List[torch.nn.Parameter], process: Process) -> None:
     """Sum every parameter's gradient over all processes (missing gradients count as zero)."""
     if process.world_size <= 1:

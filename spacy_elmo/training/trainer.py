@@ -1,10 +1,12 @@
 """The pretraining loop: batches, steps, evaluation, metrics, checkpoints and resume.
 
-Output directory layout:
-    pretrain.cfg            the validated config this training runs
-    metrics.jsonl           one JSON object per log interval and per evaluation
-    checkpoints/last.pt     everything to resume exactly (and checkpoints/best.pt)
-    model-last/, model-best/  model directories the `elmo` component loads
+What goes where in the output folder is in `outputs`; how a run starts there (afresh,
+resumed, replacing) is decided by `start.plan_start`; checkpoints and model directories
+are written by `checkpoint`.
+
+In a run of several processes every process runs this loop in step. Calls marked
+"collective" below are ones every process must make at the same point, in the same
+order; only rank 0 writes files.
 
 A step whose loss or gradient is not finite is skipped (see `nonfinite`): the weights,
 the optimizer state and the step counter stay as they were, so the learning-rate
@@ -16,10 +18,7 @@ After `training.max_bad_steps` skipped steps in a row the run stops with
 `WriteError` naming the file, the cause and the checkpoint to resume from.
 """
 import dataclasses
-import json
 import logging
-import shutil
-import signal
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -28,7 +27,8 @@ import torch
 from thinc.api import Config
 from tqdm import tqdm
 
-from ..io import ModelFileError, find_model_dir, load_model, load_public_model
+from ..devices import TRAINING_DEVICES, pick_device
+from ..io import find_model_dir, load_model, load_public_model
 from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
 from ..nn.precision import bf16_is_fast
@@ -36,20 +36,19 @@ from ..nn.softmax import FullSoftmax, SampledSoftmax
 from ..nn.warm_state import without_warm_state
 from .checkpoint import (
     Progress,
+    ThroughputWindow,
     WriteError,
     carry_over_softmax,
     corpus_fingerprint,
-    load_checkpoint,
     remove_staging_leftovers,
     save_checkpoint,
     save_trained_model,
 )
-from .config import PathsSettings, PretrainConfig, config_from_dict
+from .config import PathsSettings, PretrainConfig
 from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
 from .distributed import (
     barrier,
     gather_rng_states,
-    pick_device,
     set_rng_states,
     start_process,
     stop_process,
@@ -58,21 +57,12 @@ from .distributed import (
 )
 from .nonfinite import NonFiniteTraining, agree_on_step
 from .optim import learning_rate_factor, make_optimizer
+from .outputs import CONFIG_FILE, append_metrics, clear_training, truncate_metrics
 from .perplexity import NLLSums, Perplexity, nll_sums, perplexity_of
+from .signals import StopRequest, TrainingInterrupted
+from .start import StartMode, StartPlan, find_training, plan_start
 
 logger = logging.getLogger(__name__)
-
-CONFIG_FILE = "pretrain.cfg"
-OUTPUTS = ("checkpoints", "model-best", "model-last", "metrics.jsonl", CONFIG_FILE)
-RESUMABLE_CHANGES = (
-    "max_steps", "max_seconds", "max_epochs", "device", "num_threads", "log_every", "eval_every", "checkpoint_every", "max_bad_steps"
-)
-"""[training] keys a resumed run may change: the budget, the machine, the reporting, the
-tolerance of non-finite steps."""
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on SIGINT / SIGTERM after writing checkpoints/last.pt."""
 
 
 def load_init_bilm(paths: PathsSettings) -> BiLM:
@@ -98,53 +88,14 @@ def build_objective(config: PretrainConfig, vocab: Vocabulary, bilm: Optional[Bi
     return BiLMObjective(bilm, head, config.training.dropout)
 
 
-class StopRequest:
-    """SIGINT / SIGTERM ask the loop to stop at the next step boundary (and checkpoint
-    there); a second signal stops at once."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: Dict[int, Any] = {}
-
-    def __enter__(self) -> "StopRequest":
-        try:
-            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
-        except ValueError:  # not the main thread: signals stay as they are
-            self._previous = {}
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        for sig in self.SIGNALS:
-            signal.signal(sig, signal.default_int_handler)
-
-
 class Trainer:
     """One process's share of a (possibly data-parallel) pretraining run."""
 
-    def __init__(
-        self,
-        config: PretrainConfig,
-        output_dir: Union[str, Path],
-        resume: bool = False,
-        overwrite: bool = False,
-        progress_bar: bool = True,
-        auto_resume: bool = False,
-    ) -> None:
-        """`auto_resume`: resume when checkpoints/last.pt fits this config and corpus,
-        else start afresh, replacing what is there (the project's `pretrain` command)."""
-        if resume + overwrite + auto_resume > 1:
-            raise ValueError("resume, overwrite and auto_resume exclude each other")
+    def __init__(self, config: PretrainConfig, output_dir: Union[str, Path], mode: StartMode = StartMode.NEW, progress_bar: bool = True) -> None:
         settings = config.training
         self.output_dir = Path(output_dir)
         self.checkpoints = self.output_dir / "checkpoints"
-        self.device = pick_device(settings.device)
+        self.device = pick_device(settings.device, TRAINING_DEVICES, auto=True, torchrun=True, name="training.device")
         self.process = start_process(self.device)
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
@@ -159,23 +110,49 @@ class Trainer:
         self.dev = read_sentences(dev_path, config.batching.max_sentence_tokens) if dev_path.is_file() else []
         if not self.dev:
             logger.warning("%s is empty or missing: no dev perplexity, model-best/ will be the last model", dev_path)
-        checkpoint = None
-        if auto_resume:
-            checkpoint = self._fitting_checkpoint(config)
-            overwrite = checkpoint is None
-        elif resume:
-            checkpoint = self._checkpoint_to_resume()
-        if overwrite and self.process.is_main:
-            clear_training(self.output_dir)
-        elif checkpoint is not None and self.process.is_main:
-            remove_staging_leftovers(self.output_dir)
-        barrier(self.process)
-        if checkpoint is None and any((self.output_dir / name).exists() for name in OUTPUTS):
-            raise ValueError(f"{self.output_dir} already holds a training; pass --resume to continue it, --overwrite to replace it, or choose another directory")
-        torch.manual_seed(settings.seed)  # the same initial weights in every process
+
+        plan = plan_start(config, mode, find_training(self.output_dir, mode), self.corpus, self.process.world_size)
+        if plan.discarded:
+            logger.warning("starting afresh in %s: %s", self.output_dir, plan.discarded)
+        elif plan.checkpoint is not None:
+            logger.info("resuming the training in %s", self.output_dir)
+        barrier(self.process)  # collective: every process has read the folder before rank 0 changes it
+        if self.process.is_main:
+            if plan.clear:
+                clear_training(self.output_dir)
+            elif plan.checkpoint is not None:
+                remove_staging_leftovers(self.output_dir)
+
+        self.config, self.objective = self._build_objective(plan)
+        self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.config.optimizer, self.parameters)
+        torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process
+        self.progress = Progress()
+        if plan.checkpoint is not None:
+            self._restore(plan.checkpoint)
+        self.stream = BatchStream(
+            shards,
+            self.config.batching.tokens_per_batch,
+            self.config.batching.max_sentence_tokens,
+            self.config.batching.bucket_batches,
+            settings.seed,
+            self.progress.position,
+        )
+        self.show_progress = progress_bar and self.process.is_main
+        self._checkpointed_step = self.progress.step if plan.checkpoint is not None else -1
+        barrier(self.process)  # collective: the folder is cleared before rank 0 writes into it
+        if self.process.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            Config(self.config.to_dict()).to_disk(self.output_dir / CONFIG_FILE)
+
+    def _build_objective(self, plan: StartPlan) -> Tuple[PretrainConfig, BiLMObjective]:
+        """(the config the run trains with, its objective on this process's device). The
+        biLM starts from the checkpoint's word table, `paths.init_from`, or fresh weights
+        from `training.seed`: the same in every process."""
+        config, checkpoint = plan.config, plan.checkpoint
+        torch.manual_seed(config.training.seed)
         bilm = None
         if checkpoint is not None:
-            config = self._resumable_config(config, checkpoint)
             if checkpoint.get("words") is not None:  # the word table of the model it started from
                 bilm = BiLM(config.model, checkpoint["words"])
         elif config.paths.init_from is not None:
@@ -183,91 +160,12 @@ class Trainer:
             if bilm.config != config.model:
                 logger.warning("[model] replaced by the shape of %s", config.paths.init_from)
             config = dataclasses.replace(config, model=bilm.config)
-        self.config = config
-        self.objective = build_objective(config, self.vocab, bilm).to(self.device)
+        objective = build_objective(config, self.vocab, bilm).to(self.device)
         if checkpoint is None and config.paths.init_from is not None:
-            copied = carry_over_softmax(self.objective.head, config.paths.init_from, self.vocab)
+            copied = carry_over_softmax(objective.head, config.paths.init_from, self.vocab)
             if copied:
                 logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
-        self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(config.optimizer, self.parameters)
-        torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process
-        self.progress = Progress()
-        if checkpoint is not None:
-            self._restore(checkpoint)
-        self.stream = BatchStream(
-            shards,
-            config.batching.tokens_per_batch,
-            config.batching.max_sentence_tokens,
-            config.batching.bucket_batches,
-            settings.seed,
-            self.progress.position,
-        )
-        self.show_progress = progress_bar and self.process.is_main
-        self._checkpointed_step = self.progress.step if checkpoint is not None else -1
-        barrier(self.process)  # every process has checked the output folder before rank 0 writes
-        if self.process.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            Config(config.to_dict()).to_disk(self.output_dir / CONFIG_FILE)
-
-    def _fitting_checkpoint(self, config: PretrainConfig) -> Optional[Dict[str, Any]]:
-        """checkpoints/last.pt if this config and corpus can resume it, else None. An
-        unreadable last.pt is an error: starting afresh would delete best.pt and model-best/."""
-        if not (self.checkpoints / "last.pt").is_file():
-            return None
-        checkpoint = self._read_last_checkpoint()
-        try:
-            self._check_resumable(checkpoint)
-            self._resumable_config(config, checkpoint)
-        except ValueError as err:
-            logger.warning("starting afresh in %s: %s", self.output_dir, err)
-            return None
-        logger.info("resuming the training in %s", self.output_dir)
-        return checkpoint
-
-    def _checkpoint_to_resume(self) -> Dict[str, Any]:
-        checkpoint = self._read_last_checkpoint()
-        self._check_resumable(checkpoint)
-        return checkpoint
-
-    def _read_last_checkpoint(self) -> Dict[str, Any]:
-        """checkpoints/last.pt; if it is damaged or foreign, the error points to best.pt."""
-        path, best = self.checkpoints / "last.pt", self.checkpoints / "best.pt"
-        try:
-            return load_checkpoint(path)
-        except ModelFileError as err:
-            if not path.is_file():
-                raise
-            fallback = (
-                f"{best} holds the state at the best dev perplexity: copy it over {path} to resume from there"
-                if best.is_file()
-                else f"there is no {best} to fall back on: --overwrite starts afresh"
-            )
-            raise ModelFileError(path, f"{err.problem}; {fallback}") from err
-
-    def _check_resumable(self, checkpoint: Dict[str, Any]) -> None:
-        if len(checkpoint["rng"]) != self.process.world_size:
-            raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {self.process.world_size}")
-        for key, value in checkpoint["corpus"].items():
-            if self.corpus[key] != value:
-                raise ValueError(f"cannot resume: the corpus changed since the checkpoint ({key} differs)")
-
-    @staticmethod
-    def _resumable_config(config: PretrainConfig, checkpoint: Dict[str, Any]) -> PretrainConfig:
-        """`config` if it differs from the checkpoint's at most in the budget. With
-        `init_from`, the model shape is the checkpoint's (the init weights are not reloaded)."""
-        saved = config_from_dict(checkpoint["config"], "the checkpoint's config").to_dict()  # keys added since: defaults
-        current = config.to_dict()
-        if config.paths.init_from is not None:
-            current["model"] = saved["model"]
-        changeable = set(RESUMABLE_CHANGES) - ({"max_steps"} if config.schedule.decay == "linear" else set())
-        for section in saved:
-            for key in sorted(set(saved[section]) | set(current[section])):
-                if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):
-                    raise ValueError(
-                        f"cannot resume: [{section}] {key} was {saved[section].get(key)!r}, is now {current[section].get(key)!r}"
-                    )
-        return config_from_dict(current, "the resumed config")
+        return config, objective
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:
         self.objective.load_state_dict(checkpoint["objective"])
@@ -275,7 +173,7 @@ class Trainer:
         self.progress = Progress.from_dict(checkpoint["progress"])
         set_rng_states(checkpoint["rng"][self.process.rank])
         if self.process.is_main:
-            _truncate_metrics(self.output_dir / "metrics.jsonl", self.progress.step)
+            truncate_metrics(self.output_dir, self.progress.step)
 
     def train(self) -> Progress:
         """Run until the budget is spent. SIGINT / SIGTERM stop at the next step boundary
@@ -286,14 +184,14 @@ class Trainer:
         try:
             with StopRequest() as stop:
                 while True:
-                    spent, interrupted = self._should_stop(time.perf_counter() - run_start, stop.requested)
+                    spent, interrupted = self._should_stop(time.perf_counter() - run_start, stop.requested)  # collective
                     if interrupted:
-                        self._checkpoint("last.pt")
+                        self._checkpoint("last.pt")  # collective
                         raise TrainingInterrupted
                     if spent:
                         break
                     step_start = time.perf_counter()
-                    result = self._step(next(self.stream))
+                    result = self._step(next(self.stream))  # collective
                     self.progress.position = self.stream.position
                     self.progress.elapsed_seconds = time.perf_counter() - run_start
                     if result is None:
@@ -301,14 +199,14 @@ class Trainer:
                         continue
                     self._count_step(*result, time.perf_counter() - step_start)
                     bar.update(1)
-                    self._after_step(bar)
-            if self.progress.evaluated_step != self.progress.step and self._evaluate_and_keep_best(bar):
-                self._checkpoint("best.pt")
+                    self._after_step(bar)  # collective
+            if self.progress.evaluated_step != self.progress.step and self._evaluate_and_keep_best(bar):  # collective
+                self._checkpoint("best.pt")  # collective
             if self._checkpointed_step != self.progress.step:
-                self._checkpoint("last.pt")
+                self._checkpoint("last.pt")  # collective
             if not self.dev and self.process.is_main:
                 self._save_model("model-best", {})
-            barrier(self.process)  # no process tears the group down while another still works
+            barrier(self.process)  # collective: no process tears the group down while another still works
         except WriteError as err:
             raise WriteError(err.path, err.cause, f"the run stopped; {self._last_checkpoint()}") from err.cause
         finally:
@@ -321,14 +219,13 @@ class Trainer:
         progress.step += 1
         progress.tokens += tokens
         progress.bad_streak = 0
-        for index, value in enumerate((loss_sum, predictions, tokens, seconds)):
-            progress.window[index] += value
+        progress.window.add_step(loss_sum, predictions, tokens, seconds)
 
     def _after_skipped_step(self) -> None:
         """Count a skipped step; stop the run after `max_bad_steps` of them in a row."""
         progress, limit = self.progress, self.config.training.max_bad_steps
         progress.skipped_steps += 1
-        progress.window_skipped += 1
+        progress.window.skipped += 1
         progress.bad_streak += 1
         logger.warning("a step after step %d had a non-finite loss or gradient: skipped (%d in a row, %d in all)", progress.step, progress.bad_streak, progress.skipped_steps)
         if progress.bad_streak < limit:
@@ -337,7 +234,7 @@ class Trainer:
             f"{progress.bad_streak} consecutive steps after step {progress.step} had a non-finite loss or gradient "
             f"(training.max_bad_steps = {limit}): the run stopped; {self._last_checkpoint()}"
         )
-        self._log({"step": progress.step, "skipped_steps": progress.window_skipped, "skipped_steps_total": progress.skipped_steps, "stopped": message})
+        self._log({"step": progress.step, "skipped_steps": progress.window.skipped, "skipped_steps_total": progress.skipped_steps, "stopped": message})
         raise NonFiniteTraining(message)
 
     def _last_checkpoint(self) -> str:
@@ -349,28 +246,27 @@ class Trainer:
     def _after_step(self, bar: tqdm) -> None:
         settings, step = self.config.training, self.progress.step
         if step % settings.log_every == 0:
-            loss_sum, predictions, tokens, seconds = self.progress.window
-            loss = loss_sum / predictions
+            window = self.progress.window
+            loss = window.loss_sum / window.predictions
             record = {
                 "step": step,
                 "epoch": self.progress.position.epoch,
                 "tokens": self.progress.tokens,
                 "loss": loss,
                 "train_perplexity": perplexity_of(loss),
-                "tokens_per_second": tokens / seconds,
+                "tokens_per_second": window.tokens / window.seconds,
                 "learning_rate": self.optimizer.param_groups[0]["lr"],
                 "elapsed_seconds": self.progress.elapsed_seconds,
-                "skipped_steps": self.progress.window_skipped,
+                "skipped_steps": window.skipped,
                 "skipped_steps_total": self.progress.skipped_steps,
             }
             self._log(record)
             bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{record['train_perplexity']:.1f}", tok_s=f"{record['tokens_per_second']:.0f}")
-            self.progress.window = [0.0, 0.0, 0.0, 0.0]
-            self.progress.window_skipped = 0
-        if step % settings.eval_every == 0 and self._evaluate_and_keep_best(bar):
-            self._checkpoint("best.pt")
+            self.progress.window = ThroughputWindow()
+        if step % settings.eval_every == 0 and self._evaluate_and_keep_best(bar):  # collective
+            self._checkpoint("best.pt")  # collective
         if step % settings.checkpoint_every == 0:
-            self._checkpoint("last.pt")
+            self._checkpoint("last.pt")  # collective
 
     def _should_stop(self, elapsed: float, interrupted: bool) -> Tuple[bool, bool]:
         """(budget spent, interrupted), agreed by all processes."""
@@ -453,40 +349,7 @@ class Trainer:
 
     def _log(self, record: Dict[str, Any]) -> None:
         if self.process.is_main:
-            path = self.output_dir / "metrics.jsonl"
-            try:
-                with path.open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(record) + "\n")
-            except OSError as err:
-                raise WriteError(path, err) from err
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop records a killed run wrote after its last checkpoint."""
-    if path.is_file():
-        kept = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                if json.loads(line)["step"] <= step:
-                    kept.append(line)
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue  # a line cut by the kill
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-
-
-def clear_training(output_dir: Union[str, Path]) -> None:
-    """Remove what a training wrote into `output_dir` (checkpoints, models, metrics),
-    including folders a crash left half-swapped."""
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return
-    for path in output_dir.iterdir():
-        name = path.name
-        if name in OUTPUTS or name.startswith(("model-best.", "model-last.")):
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+            append_metrics(self.output_dir, record)
 
 
 def pretrain(
@@ -501,6 +364,6 @@ def pretrain(
     The caller's torch thread count is restored afterwards."""
     threads = torch.get_num_threads()
     try:
-        return Trainer(config, output_dir, resume, overwrite, progress_bar, auto_resume).train()
+        return Trainer(config, output_dir, StartMode.from_flags(resume, overwrite, auto_resume), progress_bar).train()
     finally:
         torch.set_num_threads(threads)

@@ -57,7 +57,7 @@ def test_pretrain_refuses_to_clobber_and_reports_bad_settings(toy_corpus, tmp_pa
     both = runner.invoke(app, ["pretrain", str(config), str(tmp_path / "out"), "--resume", "--overwrite"])
     assert both.exit_code == 2 and "exclude each other" in plain(both.output)
     typo = runner.invoke(app, ["pretrain", str(config), str(tmp_path / "x"), "--training.max_step", "3"])
-    assert typo.exit_code == 2 and "unknown keys ['max_step']" in plain(typo.output)
+    assert typo.exit_code == 2 and "[training] unknown key 'max_step'" in plain(typo.output)
 
 
 def test_evaluate_needs_a_pretraining_model_directory(tiny_model_dir, toy_corpus):

@@ -1,8 +1,10 @@
 """The pretraining config: the shipped ones load, mistakes fail at load time with the key named."""
+import re
+
 import pytest
 
 from elmo_testing import DEMO_PRETRAIN_CONFIG, REPO
-from spacy_elmo.training.config import load_config
+from spacy_elmo.training.config import TrainingSettings, load_config, resumable_keys
 
 
 def test_shipped_configs_load():
@@ -18,29 +20,87 @@ def test_overrides_apply_with_types_checked():
     assert config.training.max_steps == 7 and config.model.n_layers == 3
 
 
+SECTION_MISTAKES = {
+    # section: (misspelt key, mistyped value, out-of-range value)
+    "paths": ("paths.corpu", {"paths.corpus": 3}, None),
+    "model": ("model.lstm_size", {"model.lstm_dim": 512.5}, {"model.n_layers": 0}),
+    "head": ("head.n_sample", {"head.n_samples": "many"}, {"head.n_samples": 0}),
+    "optimizer": ("optimizer.lr", {"optimizer.learning_rate": "0.1"}, {"optimizer.beta2": 1.0}),
+    "schedule": ("schedule.warmup", {"schedule.warmup_steps": 1.5}, {"schedule.final_fraction": 1.5}),
+    "batching": ("batching.tokens", {"batching.bucket_batches": True}, {"batching.tokens_per_batch": 0}),
+    "training": ("training.max_step", {"training.max_steps": "ten"}, {"training.dropout": 1.5}),
+}
+
+
+@pytest.mark.parametrize("section", sorted(SECTION_MISTAKES))
+def test_a_misspelt_key_in_each_section_is_named(section):
+    key = SECTION_MISTAKES[section][0]
+    with pytest.raises(ValueError, match=rf"pretrain-demo.cfg: \[{section}\] unknown key '{key.split('.')[1]}'; expected one of \["):
+        load_config(DEMO_PRETRAIN_CONFIG, {key: 7})
+
+
+@pytest.mark.parametrize("section", sorted(SECTION_MISTAKES))
+def test_a_mistyped_value_in_each_section_is_named(section):
+    (key, value), = SECTION_MISTAKES[section][1].items()
+    with pytest.raises(ValueError, match=rf"pretrain-demo.cfg: \[{section}\] {key.split('.')[1]} = {re.escape(repr(value))}: Input should be a valid"):
+        load_config(DEMO_PRETRAIN_CONFIG, {key: value})
+
+
+@pytest.mark.parametrize("section", sorted(s for s, mistakes in SECTION_MISTAKES.items() if mistakes[2]))
+def test_an_out_of_range_value_in_each_section_is_named(section):
+    (key, value), = SECTION_MISTAKES[section][2].items()
+    with pytest.raises(ValueError, match=rf"pretrain-demo.cfg: \[{section}\] .*{key.split('.')[1]}"):
+        load_config(DEMO_PRETRAIN_CONFIG, {key: value})
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"training.max_step": 7}, "unknown keys \\['max_step'\\]"),
-        ({"model.lstm_size": 7}, "Unknown biLM configuration keys"),
-        ({"training.max_steps": "ten"}, "max_steps = 'ten' is not of type int"),
-        ({"training.dropout": 1.5}, "dropout must be in"),
-        ({"head.type": "adaptive"}, "head.type must be"),
-        ({"optimizer.name": "sgd"}, "optimizer.name must be"),
-        ({"training.max_seconds": 0}, "set a budget"),
+        ({"training.dropout": 1.5}, "\\[training\\] dropout = 1.5: Input should be less than 1"),
+        ({"training.max_steps": -1}, "\\[training\\] max_steps = -1: Input should be greater than or equal to 0"),
+        ({"training.mixed_precision": 1}, "\\[training\\] mixed_precision = 1: Input should be a valid boolean"),
+        ({"head.type": "adaptive"}, "\\[head\\] type = 'adaptive': Input should be 'full' or 'sampled'"),
+        ({"optimizer.name": "sgd"}, "\\[optimizer\\] name = 'sgd': Input should be 'adam' or 'adagrad'"),
+        ({"schedule.decay": "cosine"}, "\\[schedule\\] decay = 'cosine': Input should be 'constant', 'linear' or 'inverse_sqrt'"),
+        ({"training.max_seconds": 0}, "\\[training\\] set a budget"),
         ({"schedule.decay": "linear"}, "needs training.max_steps"),
-        ({"batching.max_sentence_tokens": 10_000}, "must not exceed tokens_per_batch"),
-        ({"training.device": "tpu"}, "training.device must be"),
-        ({"training.device": "cudax"}, "training.device must be"),
-        ({"model.lstm_dim": 512.5}, "\\[model\\] lstm_dim = 512.5 is not of type int"),
-        ({"model.cell_clip": True}, "\\[model\\] cell_clip = True is not of type Optional"),
-        ({"model.filters": [[1, "a"]]}, "\\[model\\] filters = .* must be a list of \\[width, count\\] integer pairs"),
-        ({"model.token_encoder": "bytes"}, "token_encoder must be one of \\('characters', 'words'\\)"),
+        ({"batching.max_sentence_tokens": 10_000}, "\\[batching\\] max_sentence_tokens must not exceed tokens_per_batch"),
+        ({"training.device": "tpu"}, "\\[training\\] device must be one of cpu, cuda, cuda:N, auto; got 'tpu'"),
+        ({"training.device": "cudax"}, "\\[training\\] device must be one of"),
+        ({"model.cell_clip": True}, "\\[model\\] cell_clip = True: Input should be a valid number"),
+        ({"model.filters": [[1, "a"]]}, "\\[model\\] filters.0.1 = 'a': Input should be a valid integer"),
+        ({"model.filters": [[1, 2, 3]]}, "\\[model\\] filters.0 = \\(1, 2, 3\\): Tuple should have at most 2 items"),
+        ({"model.token_encoder": "bytes"}, "\\[model\\] token_encoder = 'bytes': Input should be 'characters' or 'words'"),
+        ({"model.n_characters": 300}, "\\[model\\] .*n_characters must be one of \\(261, 262\\), got 300"),
+        ({"paths.init_from": 3}, "\\[paths\\] init_from = 3: Input should be a valid string"),
     ],
 )
 def test_mistakes_are_reported_at_load_time(overrides, message):
     with pytest.raises(ValueError, match=message):
         load_config(DEMO_PRETRAIN_CONFIG, overrides)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ValueError) as info:
+        load_config(DEMO_PRETRAIN_CONFIG, {"model.lstm_dim": "x", "training.dropout": 2.0, "head.type": "x"})
+    assert all(f"[{section}]" in str(info.value) for section in ("model", "training", "head"))
+
+
+def test_a_legacy_n_characters_key_still_loads():
+    assert load_config(DEMO_PRETRAIN_CONFIG, {"model.n_characters": 261}).model == load_config(DEMO_PRETRAIN_CONFIG).model
+
+
+def test_sections_built_in_code_are_validated_too():
+    with pytest.raises(ValueError, match="less than 1"):
+        TrainingSettings(max_steps=1, dropout=1.0)
+    with pytest.raises(ValueError, match="valid integer"):
+        TrainingSettings(max_steps="1")  # type: ignore[arg-type]
+
+
+def test_resumable_keys_are_the_budget_machine_reporting_and_tolerance():
+    assert set(resumable_keys()) == {
+        "max_steps", "max_seconds", "max_epochs", "device", "num_threads", "log_every", "eval_every", "checkpoint_every", "max_bad_steps"
+    }
 
 
 def test_unknown_section_and_missing_file(tmp_path):

@@ -154,9 +154,9 @@ def test_consecutive_bad_steps_stop_the_run_and_keep_the_checkpoints(toy_corpus,
 
 def test_max_bad_steps_must_be_a_positive_int(toy_corpus):
     assert config_for(toy_corpus).training.max_bad_steps == 5
-    with pytest.raises(ValueError, match="training.max_bad_steps must be positive"):
+    with pytest.raises(ValueError, match=r"\[training\] max_bad_steps = 0: Input should be greater than or equal to 1"):
         config_for(toy_corpus, max_bad_steps=0)
-    with pytest.raises(ValueError, match="max_bad_steps = 2.5 is not of type int"):
+    with pytest.raises(ValueError, match=r"\[training\] max_bad_steps = 2.5: Input should be a valid integer"):
         config_for(toy_corpus, max_bad_steps=2.5)
 
 

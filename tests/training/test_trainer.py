@@ -16,7 +16,8 @@ from spacy_elmo.nn.precision import bf16_is_fast
 from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.data import BatchStream, read_sentences, to_tensors, train_shards
-from spacy_elmo.training.trainer import StopRequest, pretrain
+from spacy_elmo.training.signals import StopRequest
+from spacy_elmo.training.trainer import pretrain
 
 
 def config_for(corpus, **training):

@@ -1,0 +1,61 @@
+"""What a training writes into its output folder, besides checkpoints and models.
+
+    pretrain.cfg            the validated config this training runs
+    metrics.jsonl           one JSON object per log interval and per evaluation
+    checkpoints/            last.pt and best.pt (see `checkpoint`)
+    model-last/, model-best/  model directories the `elmo` component loads
+"""
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Dict, Union
+
+from .checkpoint import WriteError
+
+CONFIG_FILE = "pretrain.cfg"
+METRICS_FILE = "metrics.jsonl"
+OUTPUTS = ("checkpoints", "model-best", "model-last", METRICS_FILE, CONFIG_FILE)
+
+
+def holds_training(output_dir: Path) -> bool:
+    """Whether `output_dir` holds anything a training writes."""
+    return any((output_dir / name).exists() for name in OUTPUTS)
+
+
+def clear_training(output_dir: Union[str, Path]) -> None:
+    """Remove what a training wrote into `output_dir` (checkpoints, models, metrics),
+    including folders a crash left half-swapped; anything else there stays."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return
+    for path in output_dir.iterdir():
+        if path.name in OUTPUTS or path.name.startswith(("model-best.", "model-last.")):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def append_metrics(output_dir: Path, record: Dict[str, Any]) -> None:
+    """Add one line to metrics.jsonl; a failed write is a `WriteError`."""
+    path = output_dir / METRICS_FILE
+    try:
+        with path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+    except OSError as err:
+        raise WriteError(path, err) from err
+
+
+def truncate_metrics(output_dir: Path, step: int) -> None:
+    """Drop the metrics.jsonl records a killed run wrote after its last checkpoint (`step`)."""
+    path = output_dir / METRICS_FILE
+    if path.is_file():
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # a line cut by the kill
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")

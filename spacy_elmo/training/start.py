@@ -1,0 +1,123 @@
+"""How a training starts in an output folder: afresh, resumed, or replacing what is there.
+
+`find_training` reads the folder (the only I/O here); `plan_start` is a pure function of
+the config, the mode, what was found, the corpus and the number of processes, and says
+which checkpoint to resume from, whether to clear the old outputs first, and the config
+the run trains with.
+"""
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from ..io import ModelFileError
+from .checkpoint import load_checkpoint
+from .config import PretrainConfig, config_from_dict, resumable_keys
+from .outputs import holds_training
+
+
+class StartMode(enum.Enum):
+    NEW = "new"
+    """Start afresh; an output folder that holds a training is an error."""
+    RESUME = "resume"
+    """Continue checkpoints/last.pt; an error if it is missing or does not fit."""
+    OVERWRITE = "overwrite"
+    """Remove the training there and start afresh."""
+    AUTO = "auto"
+    """Resume where last.pt fits this config and corpus, else replace the training there
+    (the project's `pretrain` command). An unreadable last.pt is still an error."""
+
+    @classmethod
+    def from_flags(cls, resume: bool, overwrite: bool, auto_resume: bool) -> "StartMode":
+        if resume + overwrite + auto_resume > 1:
+            raise ValueError("resume, overwrite and auto_resume exclude each other")
+        return cls.RESUME if resume else cls.OVERWRITE if overwrite else cls.AUTO if auto_resume else cls.NEW
+
+
+@dataclass(frozen=True)
+class FoundTraining:
+    """What an output folder holds."""
+
+    output_dir: Path
+    has_outputs: bool
+    checkpoint: Optional[Dict[str, Any]] = None
+    """checkpoints/last.pt, read when the mode may resume it and it could be read."""
+    problem: Optional[ModelFileError] = None
+    """Why last.pt could not be read, when it was to be."""
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    config: PretrainConfig
+    """What the run trains with: the given config (resumed: checked against the checkpoint's)."""
+    checkpoint: Optional[Dict[str, Any]] = None
+    """The state to resume from; None: start afresh."""
+    clear: bool = False
+    """Remove the previous training's outputs before starting."""
+    discarded: str = ""
+    """Why checkpoints/last.pt is not resumed, when `StartMode.AUTO` replaces it."""
+
+
+def find_training(output_dir: Path, mode: StartMode) -> FoundTraining:
+    """Look into `output_dir`, reading checkpoints/last.pt only when `mode` may resume it.
+    A damaged or foreign last.pt's problem points to best.pt."""
+    has_outputs = holds_training(output_dir)
+    last, best = output_dir / "checkpoints" / "last.pt", output_dir / "checkpoints" / "best.pt"
+    if mode not in (StartMode.RESUME, StartMode.AUTO) or (mode is StartMode.AUTO and not last.is_file()):
+        return FoundTraining(output_dir, has_outputs)
+    try:
+        return FoundTraining(output_dir, has_outputs, load_checkpoint(last))
+    except ModelFileError as err:
+        if not last.is_file():
+            return FoundTraining(output_dir, has_outputs, problem=err)
+        fallback = (
+            f"{best} holds the state at the best dev perplexity: copy it over {last} to resume from there"
+            if best.is_file()
+            else f"there is no {best} to fall back on: --overwrite starts afresh"
+        )
+        return FoundTraining(output_dir, has_outputs, problem=ModelFileError(last, f"{err.problem}; {fallback}"))
+
+
+def plan_start(config: PretrainConfig, mode: StartMode, found: FoundTraining, corpus: Dict[str, Any], world_size: int) -> StartPlan:
+    """What to load and what to clear; ValueError (ModelFileError for an unreadable
+    checkpoint) when `mode` cannot start here."""
+    if found.problem is not None:
+        raise found.problem
+    if mode is StartMode.OVERWRITE:
+        return StartPlan(config, clear=True)
+    if mode is StartMode.RESUME:
+        assert found.checkpoint is not None
+        return StartPlan(resumed_config(config, found.checkpoint, corpus, world_size), found.checkpoint)
+    if mode is StartMode.AUTO:
+        if found.checkpoint is None:
+            return StartPlan(config, clear=True)
+        try:
+            return StartPlan(resumed_config(config, found.checkpoint, corpus, world_size), found.checkpoint)
+        except ValueError as err:
+            return StartPlan(config, clear=True, discarded=str(err))
+    if found.has_outputs:
+        raise ValueError(f"{found.output_dir} already holds a training; pass --resume to continue it, --overwrite to replace it, or choose another directory")
+    return StartPlan(config)
+
+
+def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: Dict[str, Any], world_size: int) -> PretrainConfig:
+    """`config` if the checkpoint was written by as many processes on the same corpus, with
+    a config that differs at most in `resumable_keys()` (not `max_steps` under a linear
+    decay). With `init_from`, the model shape is the checkpoint's (the init weights are not
+    reloaded). ValueError naming the difference otherwise."""
+    if len(checkpoint["rng"]) != world_size:
+        raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {world_size}")
+    for key, value in checkpoint["corpus"].items():
+        if corpus[key] != value:
+            raise ValueError(f"cannot resume: the corpus changed since the checkpoint ({key} differs)")
+    saved = config_from_dict(checkpoint["config"], "the checkpoint's config").to_dict()  # keys added since: defaults
+    current = config.to_dict()
+    if config.paths.init_from is not None:
+        current["model"] = saved["model"]
+    changeable = set(resumable_keys()) - ({"max_steps"} if config.schedule.decay == "linear" else set())
+    for section in saved:
+        for key in sorted(set(saved[section]) | set(current[section])):
+            if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):
+                raise ValueError(f"cannot resume: [{section}] {key} was {saved[section].get(key)!r}, is now {current[section].get(key)!r}")
+    return config_from_dict(current, "the resumed config")
