@@ -1,10 +1,11 @@
 """Data-parallel training over `torch.distributed`, as launched by `torchrun`.
 
-Every process builds the same global batch and takes rows `rank::world_size` of it;
-gradients are summed across processes with one all-reduce per step, so a step equals
-the single-process step on the whole global batch (exactly so with dropout off and the
-full softmax; otherwise each process draws its own masks and negatives). gloo on CPU, nccl on GPU; only rank
-0 writes files.
+Every process builds the same global batch and takes rows `rank::world_size` of it; the
+objective is wrapped in `DistributedDataParallel`, whose all-reduce (in buckets, during
+the backward pass) sums the processes' gradients, so a step equals the single-process
+step on the whole global batch (exactly so with dropout off and the full softmax;
+otherwise each process draws its own masks and negatives). gloo on CPU, nccl on GPU;
+only rank 0 writes files.
 """
 import datetime
 import os
@@ -12,6 +13,7 @@ from typing import List, NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=1)
@@ -42,21 +44,23 @@ def stop_process(process: Process) -> None:
         dist.destroy_process_group()
 
 
-def sum_gradients(parameters: List[torch.nn.Parameter], process: Process) -> None:
-    """Sum every parameter's gradient over all processes (missing gradients count as zero)."""
+def data_parallel(module: torch.nn.Module, process: Process) -> torch.nn.Module:
+    """`module` itself in a single process, else `module` in DistributedDataParallel with
+    its gradients summed, not averaged: each process's loss is already its share of the
+    global batch's mean. Every process must then run a forward and backward pass through
+    it in every step (a process with no sentences runs a zero-weighted one)."""
     if process.world_size <= 1:
-        return
-    grads = []
-    for param in parameters:
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-        grads.append(param.grad)
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    offset = 0
-    for grad in grads:
-        grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
-        offset += grad.numel()
+        return module
+    wrapped = DistributedDataParallel(module, broadcast_buffers=False)
+    wrapped.register_comm_hook(None, _sum_gradients)
+    return wrapped
+
+
+def _sum_gradients(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the bucket's gradients summed over all processes."""
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    assert work is not None
+    return work.get_future().then(lambda done: done.value()[0])
 
 
 def sum_values(values: List[float], process: Process, device: torch.device) -> List[float]:

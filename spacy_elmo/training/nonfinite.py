@@ -29,6 +29,6 @@ def finite_gradients(parameters: Iterable[torch.nn.Parameter]) -> bool:
 
 def agree_on_step(loss_sum: float, parameters: List[torch.nn.Parameter], process: Process, device: torch.device) -> Tuple[float, bool]:
     """(`loss_sum` summed over processes, whether the step may be taken), the same on every
-    process. Call it after `sum_gradients`."""
+    process. Call it after the backward pass (and its gradient all-reduce)."""
     total, bad = sum_values([loss_sum, float(not finite_gradients(parameters))], process, device)
     return total, bad == 0 and math.isfinite(total)

@@ -51,8 +51,8 @@ from .distributed import (
     gather_rng_states,
     set_rng_states,
     start_process,
+    data_parallel,
     stop_process,
-    sum_gradients,
     sum_values,
 )
 from .nonfinite import NonFiniteTraining, agree_on_step
@@ -130,6 +130,7 @@ class Trainer:
         self.progress = Progress()
         if plan.checkpoint is not None:
             self._restore(plan.checkpoint)
+        self.model = data_parallel(self.objective, self.process)  # collective (DDP checks every process's parameters)
         self.stream = BatchStream(
             shards,
             self.config.batching.tokens_per_batch,
@@ -285,16 +286,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         predictions = sum(len(s) + 1 for s in sentences)
         share = sentences[self.process.rank :: self.process.world_size]
-        loss_sum = 0.0
-        if share:
-            batch = to_tensors(share, self.vocab, self.objective.bilm)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                result = self.objective(*(t.to(self.device) for t in batch))
-                nll = result.forward_nll + result.backward_nll
-            # each process's share of the global mean loss; summed gradients give its gradient
-            (nll / (2 * predictions)).backward()
-            loss_sum = float(nll.detach()) / 2
-        sum_gradients(self.parameters, self.process)
+        # a process with no sentence in this batch still takes part in the gradient sum,
+        # with a zero-weighted pass over a sentence of the batch
+        weight = 1.0 if share else 0.0
+        batch = to_tensors(share or sentences[:1], self.vocab, self.objective.bilm)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            result = self.model(*(t.to(self.device) for t in batch))
+            nll = result.forward_nll + result.backward_nll
+        # each process's share of the global mean loss: the gradients DDP sums are its gradient
+        (nll * weight / (2 * predictions)).backward()  # collective: DDP's all-reduce
+        loss_sum = float(nll.detach()) / 2 * weight
         loss_sum, finite = agree_on_step(loss_sum, self.parameters, self.process, self.device)
         if not finite:
             return None
