@@ -4,7 +4,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple, cast
 
 import numpy
 import typer
@@ -13,6 +13,7 @@ from tqdm import tqdm
 from ..batching import token_budget_batches
 from ..devices import INFERENCE_DEVICES, pick_device
 from ..nn.embedder import Embedder
+from ..nn.precision import Precision
 from ..pipeline.component import load_bilm
 from ..pipeline.config import ElmoSettings
 from ..pipeline.threads import apply_num_threads
@@ -44,7 +45,13 @@ def dump(
         raise typer.BadParameter("give exactly one of --all, --top, --average")
     with clean_errors():
         ElmoSettings(
-            batch_tokens=batch_tokens, window_size=1, window_overlap=0, device=device, num_threads=threads, token_cache_size=cache_size, precision=precision
+            batch_tokens=batch_tokens,
+            window_size=1,
+            window_overlap=0,
+            device=device,
+            num_threads=threads,
+            token_cache_size=cache_size,
+            precision=cast(Precision, precision),
         )
         if not output_file.parent.is_dir():
             raise ValueError(f"{output_file.parent}: output directory not found")

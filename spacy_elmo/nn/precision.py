@@ -11,7 +11,7 @@ the batch: only fp32 and bf16 keep the determinism contract.
 import contextlib
 import copy
 import warnings
-from typing import ContextManager, cast
+from typing import ContextManager, Literal, Tuple, cast, get_args
 
 import torch
 from torch import nn
@@ -20,7 +20,8 @@ from .bilm import BiLM
 from .lstm import GateWeights, ProjectedLSTM
 from .token_encoder import TokenEncoder
 
-PRECISIONS = ("fp32", "bf16", "int8")
+Precision = Literal["fp32", "bf16", "int8"]
+PRECISIONS: Tuple[str, ...] = get_args(Precision)
 
 
 def bf16_is_fast(device: torch.device) -> bool:

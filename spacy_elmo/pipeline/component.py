@@ -29,8 +29,9 @@ from ..io import (
 from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from ..nn.embedder import Embedder
+from ..nn.precision import Precision
 from .architectures import has_trained, is_elmo_mix, set_mix_dims
-from .config import ElmoSettings, LayerMix, MixSetting
+from .config import ElmoSettings, LayerCacheMode, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .layer_cache import LayerCache, Words
 from .output import ElmoOutput
@@ -59,8 +60,8 @@ def make_elmo(
     device: str,
     num_threads: int,
     token_cache_size: int,
-    precision: str,
-    layer_cache: str,
+    precision: Precision,
+    layer_cache: LayerCacheMode,
     layer_cache_bytes: int,
     layer_cache_spill_bytes: int,
     layer_cache_dir: Optional[str],

@@ -1,15 +1,17 @@
 """Validation of the `elmo` component's settings, with errors that say what to change."""
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Literal, Optional, Tuple, Union, get_args
 
 import numpy
 
 from ..devices import INFERENCE_DEVICES, pick_device
-from ..nn.precision import check_precision
+from ..nn.precision import Precision, check_precision
 
-MixSetting = Union[str, int, Dict[str, Any]]
-LAYER_CACHE_MODES = ("training", "always", "never")
+MixName = Literal["average", "top"]
+MixSetting = Union[MixName, int, Dict[str, Any]]
+LayerCacheMode = Literal["training", "always", "never"]
+LAYER_CACHE_MODES: Tuple[str, ...] = get_args(LayerCacheMode)
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,8 @@ class ElmoSettings:
     device: str = "cpu"
     num_threads: int = 0
     token_cache_size: int = 20000
-    precision: str = "fp32"
-    layer_cache: str = "training"
+    precision: Precision = "fp32"
+    layer_cache: LayerCacheMode = "training"
     layer_cache_bytes: int = 2 * 1024**3
     layer_cache_spill_bytes: int = 0
     layer_cache_dir: Optional[str] = None

@@ -54,11 +54,14 @@ def test_mix_settings(tiny_model_dir, mix, weights, gamma):
 @pytest.mark.parametrize(
     "config,message",
     [
-        ({"mix": "bottom"}, "mix must be"),
+        ({"mix": "bottom"}, "elmo -> mix.*'bottom' is not typing.Literal\\['average', 'top'\\]"),
+        ({"mix": "3"}, "mix must be 'average', 'top', a layer index"),
+        ({"precision": "fp64"}, "elmo -> precision.*'fp64' is not typing.Literal\\['fp32', 'bf16', 'int8'\\]"),
+        ({"layer_cache": "sometimes"}, "elmo -> layer_cache.*'sometimes'"),
         ({"mix": {"weights": [1, 2], "beta": 1}}, "needs 'weights'"),
         ({"window_overlap": 128}, "window_overlap"),
         ({"token_cache_size": -1}, "token_cache_size"),
-        ({"device": "cuda:0"} if not torch.cuda.is_available() else {"device": "meta"}, "CUDA|cannot run"),
+        ({"device": "cuda:0"} if not torch.cuda.is_available() else {"device": "meta"}, "no CUDA device|must be one of"),
         ({"mix": {"weights": [[1, 2]]}}, "finite numbers"),
         ({"batch_tokens": 0}, "batch_tokens"),
         ({"window_size": 10_000}, "window_size"),
