@@ -20,13 +20,20 @@ TRAINING_DEVICES = ("cpu", "cuda")
 
 
 def check_device(setting: str, kinds: Sequence[str], *, auto: bool = False, name: str = "device") -> None:
-    """Raise a ValueError naming `name` unless `setting` spells one of `kinds` (optionally
-    ":N"), or "auto" when `auto`."""
-    allowed = "|".join(re.escape(kind) for kind in kinds)
-    if isinstance(setting, str) and (re.fullmatch(rf"(?:{allowed})(?::\d+)?", setting) or (auto and setting == "auto")):
+    """Raise a ValueError naming `name` unless `setting` spells one of `kinds`, with ":N"
+    where the kind is in `indexed_kinds(kinds)`, or "auto" when `auto`."""
+    plain = "|".join(re.escape(kind) for kind in kinds)
+    indexed = "|".join(re.escape(kind) for kind in indexed_kinds(kinds))
+    if isinstance(setting, str) and (re.fullmatch(rf"(?:{plain})|(?:{indexed}):\d+", setting) or (auto and setting == "auto")):
         return
-    choices = ", ".join([*kinds, *(f"{kind}:N" for kind in kinds if kind != "cpu"), *(["auto"] if auto else [])])
+    choices = ", ".join([*kinds, *(f"{kind}:N" for kind in indexed_kinds(kinds)), *(["auto"] if auto else [])])
     raise ValueError(f"{name} must be one of {choices}; got {setting!r}")
+
+
+def indexed_kinds(kinds: Sequence[str]) -> Sequence[str]:
+    """The kinds that may carry an index: all of them for inference (as torch.device takes
+    them), only cuda for training (a process per GPU; the CPU is one device)."""
+    return kinds if tuple(kinds) == INFERENCE_DEVICES else [kind for kind in kinds if kind == "cuda"]
 
 
 def pick_device(setting: str, kinds: Sequence[str] = TRAINING_DEVICES, *, auto: bool = False, torchrun: bool = False, name: str = "device") -> torch.device:
@@ -48,13 +55,11 @@ def pick_device(setting: str, kinds: Sequence[str] = TRAINING_DEVICES, *, auto: 
 def _cuda_device(setting: str, torchrun: bool, name: str) -> torch.device:
     if not torch.cuda.is_available():
         raise ValueError(f"{name} = {setting!r} asked for, but torch sees no CUDA device here")
-    several = torchrun and int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if setting != "cuda" and several:
+    if setting != "cuda" and torchrun and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError(f"{name} = {setting!r} would put every torchrun process on one GPU; use 'cuda'")
-    if setting == "cuda":
-        index = int(os.environ.get("LOCAL_RANK", "0")) if several else torch.cuda.current_device()
-    else:
-        index = int(setting.split(":")[1])
+    if setting == "cuda" and not torchrun:
+        return torch.device("cuda")  # the current GPU, chosen when CUDA starts (not here)
+    index = int(os.environ.get("LOCAL_RANK", "0")) if setting == "cuda" else int(setting.split(":")[1])
     if index >= torch.cuda.device_count():
         raise ValueError(f"{name} asks for GPU {index}, torch sees {torch.cuda.device_count()}")
     if torchrun:

@@ -11,7 +11,6 @@ import typer
 from tqdm import tqdm
 
 from ..batching import token_budget_batches
-from ..devices import INFERENCE_DEVICES, pick_device
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
 from ..pipeline.component import load_bilm
@@ -44,7 +43,7 @@ def dump(
     if sum((all_layers, top, average)) != 1:
         raise typer.BadParameter("give exactly one of --all, --top, --average")
     with clean_errors():
-        ElmoSettings(
+        settings = ElmoSettings(
             batch_tokens=batch_tokens,
             window_size=1,
             window_overlap=0,
@@ -57,7 +56,7 @@ def dump(
             raise ValueError(f"{output_file.parent}: output directory not found")
         n_lines, n_tokens = scan_input(input_file, use_sentence_keys)
         apply_num_threads(threads)
-        bilm = load_bilm(str(model), str(options) if options else None).to(pick_device(device, INFERENCE_DEVICES, name="--device"))
+        bilm = load_bilm(str(model), str(options) if options else None).to(settings.torch_device)
     embedder = Embedder(bilm, cache_size=cache_size, precision=precision)
     import h5py
 

@@ -4,17 +4,15 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from ..nn.chars import N_CHARACTER_IDS
-from ..nn.config import LEGACY_KEYS, BiLMConfig
+from ..nn.chars import N_CHARACTER_IDS, check_character_count
+from ..nn.config import BiLMConfig
 from .errors import ModelFileError
 
 
 def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
     """Map a parsed options dict to a `BiLMConfig`; KeyError/ValueError on bad content."""
     lstm, cnn = options["lstm"], options["char_cnn"]
-    n_characters = cnn.get("n_characters", N_CHARACTER_IDS)
-    if n_characters not in LEGACY_KEYS["n_characters"]:  # bilm-tf trains with 261 and infers with 262
-        raise ValueError(f"char_cnn.n_characters must be 261 or 262, got {n_characters!r}")
+    check_character_count(cnn.get("n_characters", N_CHARACTER_IDS), "char_cnn.n_characters")
     return BiLMConfig(
         filters=tuple(tuple(f) for f in cnn["filters"]),
         char_embedding_dim=int(cnn["embedding"]["dim"]),

@@ -16,6 +16,15 @@ END_OF_WORD = 259
 PADDING = 260
 N_CHARACTER_IDS = 262
 """Rows of the character table: the 261 ids above (+1) and 0 for a padded token."""
+CHARACTER_COUNTS = (261, 262)
+"""What bilm-tf's options say as `n_characters`: 261 in training, 262 at inference (with
+the padded token's row). Either way the table here has N_CHARACTER_IDS rows."""
+
+
+def check_character_count(value: object, name: str = "n_characters") -> None:
+    """ValueError naming `name` unless `value` is the integer 261 or 262."""
+    if type(value) is not int or value not in CHARACTER_COUNTS:
+        raise ValueError(f"{name} must be 261 or 262, got {value!r}")
 MAX_CHARACTERS = 50
 
 

@@ -1,14 +1,16 @@
 """Hyperparameters of an ELMo biLM, independent of any file format."""
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Literal, Optional, Tuple, get_args
+from typing import Any, Callable, Dict, Literal, Optional, Tuple, get_args
+
+from .chars import check_character_count
 
 Activation = Literal["relu", "tanh"]
 TokenEncoderKind = Literal["characters", "words"]
 ACTIVATIONS: Tuple[str, ...] = get_args(Activation)
 TOKEN_ENCODERS: Tuple[str, ...] = get_args(TokenEncoderKind)
-LEGACY_KEYS = {"n_characters": (261, 262)}
-"""Keys configs written by earlier versions hold, with the values they may have: the
+LEGACY_KEYS: Dict[str, Callable[[Any], None]] = {"n_characters": check_character_count}
+"""Keys that configs written by earlier versions hold, with the check of their value: the
 character table always has 262 rows (`nn.chars.N_CHARACTER_IDS`), whatever they say."""
 
 
@@ -94,7 +96,10 @@ class BiLMConfig:
 
 def without_legacy_keys(data: Dict[str, Any]) -> Dict[str, Any]:
     """`data` less the `LEGACY_KEYS`; ValueError if one holds a value it never could."""
-    for key, allowed in LEGACY_KEYS.items():
-        if key in data and data[key] not in allowed:
-            raise ValueError(f"Invalid biLM configuration: {key} must be one of {allowed}, got {data[key]!r}")
+    for key, check in LEGACY_KEYS.items():
+        if key in data:
+            try:
+                check(data[key])
+            except ValueError as err:
+                raise ValueError(f"Invalid biLM configuration: {err}") from err
     return {key: value for key, value in data.items() if key not in LEGACY_KEYS}

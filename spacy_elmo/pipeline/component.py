@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy
-import torch
 from spacy.language import Language
 from spacy.pipeline import Pipe
 from spacy.tokens import Doc
@@ -145,7 +144,7 @@ class ElmoComponent(Pipe):
         self.weights = weights
         self.options = options
         self.settings = settings
-        self.device = torch.device(settings.device)
+        self.device = settings.torch_device
         self.model: Model = Model("elmo-annotations", _no_forward)
         """A stand-in for spaCy's listener protocol (the biLM is not a thinc model)."""
         self._mixes: Dict[str, List[Model]] = {}

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Literal, Optional, Tuple, Union, get_args
 
 import numpy
+import torch
 
 from ..devices import INFERENCE_DEVICES, pick_device
 from ..nn.precision import Precision, check_precision
@@ -98,4 +99,9 @@ class ElmoSettings:
         for name in ("layer_cache_bytes", "layer_cache_spill_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or positive, got {getattr(self, name)}")
-        check_precision(self.precision, pick_device(self.device, INFERENCE_DEVICES))
+        check_precision(self.precision, self.torch_device)
+
+    @property
+    def torch_device(self) -> torch.device:
+        """The device the biLM runs on (checked: torch can use it here)."""
+        return pick_device(self.device, INFERENCE_DEVICES)

@@ -55,13 +55,13 @@ class HeadSettings:
 @dataclass(frozen=True, config=SECTION)
 class OptimizerSettings:
     name: Literal["adam", "adagrad"] = "adagrad"
-    learning_rate: Annotated[float, Strict(), Field(gt=0)] = 0.2
-    initial_accumulator: Annotated[float, Strict(), Field(ge=0)] = 1.0
+    learning_rate: Annotated[Number, Field(gt=0)] = 0.2
+    initial_accumulator: Annotated[Number, Field(ge=0)] = 1.0
     """Adagrad's starting accumulator, as bilm-tf."""
-    beta1: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.9
-    beta2: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.999
-    eps: Annotated[float, Strict(), Field(gt=0)] = 1e-8
-    weight_decay: Annotated[float, Strict(), Field(ge=0)] = 0.0
+    beta1: Annotated[Number, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[Number, Field(ge=0, lt=1)] = 0.999
+    eps: Annotated[Number, Field(gt=0)] = 1e-8
+    weight_decay: Annotated[Number, Field(ge=0)] = 0.0
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -71,7 +71,7 @@ class ScheduleSettings:
     decay: Literal["constant", "linear", "inverse_sqrt"] = "constant"
     """After warmup: "constant", "linear" (to `final_fraction` at training.max_steps) or
     "inverse_sqrt" (proportional to 1/sqrt(step))."""
-    final_fraction: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.0
+    final_fraction: Annotated[Number, Field(ge=0, le=1)] = 0.0
 
 
 @dataclass(frozen=True, config=SECTION)
@@ -90,12 +90,12 @@ class BatchingSettings:
 @dataclass(frozen=True, config=SECTION)
 class TrainingSettings:
     seed: Int = 0
-    dropout: Annotated[float, Strict(), Field(ge=0, lt=1)] = 0.1
-    grad_clip: Annotated[float, Strict(), Field(ge=0)] = 10.0
+    dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1
+    grad_clip: Annotated[Number, Field(ge=0)] = 10.0
     """Gradient-norm clipping threshold (0: none)."""
     max_steps: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
     """Stop after this many optimizer steps (0: no step limit)."""
-    max_seconds: Annotated[float, Strict(), Field(ge=0), RESUMABLE] = 0.0
+    max_seconds: Annotated[Number, Field(ge=0), RESUMABLE] = 0.0
     """Stop after this much training wall time, summed over resumed runs (0: no limit)."""
     max_epochs: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
     """Stop after this many passes over the training shards (0: no limit)."""
@@ -120,7 +120,7 @@ class TrainingSettings:
         check_device(self.device, TRAINING_DEVICES, auto=True, name="device")
 
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=True))
+@dataclass(frozen=True, config=SECTION)
 class PretrainConfig:
     paths: PathsSettings = dataclasses.field(default_factory=PathsSettings)
     model: BiLMConfig = dataclasses.field(default_factory=BiLMConfig)

@@ -286,16 +286,17 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         predictions = sum(len(s) + 1 for s in sentences)
         share = sentences[self.process.rank :: self.process.world_size]
-        # a process with no sentence in this batch still takes part in the gradient sum,
-        # with a zero-weighted pass over a sentence of the batch
-        weight = 1.0 if share else 0.0
-        batch = to_tensors(share or sentences[:1], self.vocab, self.objective.bilm)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            result = self.model(*(t.to(self.device) for t in batch))
-            nll = result.forward_nll + result.backward_nll
-        # each process's share of the global mean loss: the gradients DDP sums are its gradient
-        (nll * weight / (2 * predictions)).backward()  # collective: DDP's all-reduce
-        loss_sum = float(nll.detach()) / 2 * weight
+        loss_sum = 0.0
+        if share:
+            batch = to_tensors(share, self.vocab, self.objective.bilm)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                result = self.model(*(t.to(self.device) for t in batch))
+                nll = result.forward_nll + result.backward_nll
+            # each process's share of the global mean loss: the gradients DDP sums are its gradient
+            (nll / (2 * predictions)).backward()  # collective: DDP's all-reduce
+            loss_sum = float(nll.detach()) / 2
+        else:
+            self._contribute_nothing(sentences[:1])  # collective: DDP's all-reduce
         loss_sum, finite = agree_on_step(loss_sum, self.parameters, self.process, self.device)
         if not finite:
             return None
@@ -306,6 +307,14 @@ class Trainer:
             group["lr"] = self.config.optimizer.learning_rate * factor
         self.optimizer.step()
         return loss_sum, predictions, sum(len(s) for s in sentences)
+
+    def _contribute_nothing(self, stand_in: List[Sentence]) -> None:
+        """Take part in the gradient all-reduce with zero gradients, for a process with no
+        sentence in this batch: DDP needs a forward pass (over `stand_in`, without drawing
+        from this process's random numbers) and a backward pass reaching every parameter."""
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            self.model(*(t.to(self.device) for t in to_tensors(stand_in, self.vocab, self.objective.bilm)))
+        (torch.stack([p.sum() for p in self.parameters]).sum() * 0.0).backward()
 
     def _evaluate_and_keep_best(self, bar: tqdm) -> bool:
         """Exact dev perplexity in fp32, each process scoring its share of the dev set;
