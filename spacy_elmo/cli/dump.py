@@ -1,5 +1,7 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
 
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import time
@@ -62,7 +64,9 @@ def dump(
 
     sentence_to_index = {}
     start = time.perf_counter()
-    with h5py.File(output_file, "w") as out, tqdm(total=n_tokens, unit="tok", desc="dump", unit_scale=True) as bar:
+    # HDF5 1.8's group format: the default (1.6) root group's index keeps ~130 bytes a
+    # dataset in memory, which grows without bound over a large input
+    with h5py.File(output_file, "w", libver=("v108", "v108")) as out, tqdm(total=n_tokens, unit="tok", desc="dump", unit_scale=True) as bar:
         for chunk in read_chunks(input_file):
             for batch in token_budget_batches(chunk, batch_tokens, length=lambda line: len(line[2])):
                 layers = embedder([tokens for _, _, tokens in batch]).layers.cpu().numpy()
@@ -72,6 +76,7 @@ def dump(
                     if not (use_sentence_keys or forget_sentences):
                         sentence_to_index[line] = str(index)
                 bar.update(sum(len(tokens) for _, _, tokens in batch))
+            release_freed_heap()
         if not (use_sentence_keys or forget_sentences):
             dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
             dataset[0] = json.dumps(sentence_to_index)
@@ -119,6 +124,26 @@ def read_chunks(path: Path) -> Iterator[List[Line]]:
                 chunk = []
     if chunk:
         yield chunk
+
+
+def release_freed_heap() -> None:
+    """Give the memory freed since the last call back to the OS (glibc keeps it otherwise,
+    and over millions of small HDF5 writes the resident set creeps up); a no-op where the
+    C library has no `malloc_trim`."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
+
+
+def _load_libc() -> Optional[ctypes.CDLL]:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
+_libc = _load_libc()
 
 
 def select_layers(layers: numpy.ndarray, all_layers: bool, top: bool) -> numpy.ndarray:

@@ -163,12 +163,17 @@ def test_dump_forget_sentences_and_many_chunks(tmp_path, monkeypatch):
     import spacy_elmo.cli.dump as dump_module
 
     monkeypatch.setattr(dump_module, "LINES_PER_CHUNK", 7)
+    trims = []
+    monkeypatch.setattr(dump_module, "release_freed_heap", lambda: trims.append(1))
     bilm = random_bilm()
     save_model(bilm, tmp_path / "model")
     lines = [" ".join(["w%d" % (i % 5)] * (1 + i % 9)) for i in range(30)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
     invoke("dump", tmp_path / "model", tmp_path / "in.txt", tmp_path / "out.hdf5", "--average", "--forget-sentences")
+    assert len(trims) == 5  # after each chunk of 7 lines: the heap is handed back as it goes
     with h5py.File(tmp_path / "out.hdf5", "r") as out:
+        # HDF5 1.8 groups: the old format's group index grows in memory with every dataset
+        assert out.id.get_create_plist().get_version()[0] == 2  # superblock 2: the 1.8 format (the default writes 0)
         assert sorted(out.keys(), key=int) == [str(i) for i in range(30)]
         for i in (0, 6, 7, 29):
             expected = reference_layers(bilm, lines[i].split()).mean(axis=0)
