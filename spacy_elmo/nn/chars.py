@@ -25,6 +25,8 @@ def check_character_count(value: object, name: str = "n_characters") -> None:
     """ValueError naming `name` unless `value` is the integer 261 or 262."""
     if type(value) is not int or value not in CHARACTER_COUNTS:
         raise ValueError(f"{name} must be 261 or 262, got {value!r}")
+
+
 MAX_CHARACTERS = 50
 
 
