@@ -1,12 +1,12 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
 
 import ctypes
-import ctypes.util
+import functools
 import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, cast
+from typing import Callable, Iterator, List, Optional, Tuple, cast
 
 import numpy
 import typer
@@ -130,20 +130,15 @@ def release_freed_heap() -> None:
     """Give the memory freed since the last call back to the OS (glibc keeps it otherwise,
     and over millions of small HDF5 writes the resident set creeps up); a no-op where the
     C library has no `malloc_trim`."""
-    if _libc is not None:
-        _libc.malloc_trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
-def _load_libc() -> Optional[ctypes.CDLL]:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
-
-
-_libc = _load_libc()
+@functools.lru_cache(maxsize=None)
+def _malloc_trim() -> Optional[Callable[[int], int]]:
+    """The C library's malloc_trim, looked up once among the process's own symbols."""
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 def select_layers(layers: numpy.ndarray, all_layers: bool, top: bool) -> numpy.ndarray:
