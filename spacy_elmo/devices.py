@@ -9,34 +9,36 @@ torch can use the device here and, under torchrun, gives each process its own GP
 
 import os
 import re
-from typing import Sequence
+from typing import NamedTuple, Tuple
 
 import torch
 
-INFERENCE_DEVICES = ("cpu", "cuda", "mps", "xpu")
-"""Where the biLM runs for inference: the component and `dump`."""
-TRAINING_DEVICES = ("cpu", "cuda")
-"""Where pretraining and `evaluate` run (gloo on CPUs, nccl on GPUs)."""
+
+class DeviceKinds(NamedTuple):
+    """The device kinds a caller can run on, and those of them that may carry ":N"."""
+
+    names: Tuple[str, ...]
+    indexed: Tuple[str, ...]
 
 
-def check_device(setting: str, kinds: Sequence[str], *, auto: bool = False, name: str = "device") -> None:
-    """Raise a ValueError naming `name` unless `setting` spells one of `kinds`, with ":N"
-    where the kind is in `indexed_kinds(kinds)`, or "auto" when `auto`."""
-    plain = "|".join(re.escape(kind) for kind in kinds)
-    indexed = "|".join(re.escape(kind) for kind in indexed_kinds(kinds))
+INFERENCE_DEVICES = DeviceKinds(("cpu", "cuda", "mps", "xpu"), ("cpu", "cuda", "mps", "xpu"))
+"""Where the biLM runs for inference, the component and `dump` (any index, as torch.device takes it)."""
+TRAINING_DEVICES = DeviceKinds(("cpu", "cuda"), ("cuda",))
+"""Where pretraining and `evaluate` run (gloo on CPUs, nccl on GPUs; the CPU is one device)."""
+
+
+def check_device(setting: str, kinds: DeviceKinds, *, auto: bool = False, name: str = "device") -> None:
+    """Raise a ValueError naming `name` unless `setting` spells one of `kinds.names`, with
+    ":N" for those in `kinds.indexed`, or "auto" when `auto`."""
+    plain = "|".join(re.escape(kind) for kind in kinds.names)
+    indexed = "|".join(re.escape(kind) for kind in kinds.indexed)
     if isinstance(setting, str) and (re.fullmatch(rf"(?:{plain})|(?:{indexed}):\d+", setting) or (auto and setting == "auto")):
         return
-    choices = ", ".join([*kinds, *(f"{kind}:N" for kind in indexed_kinds(kinds)), *(["auto"] if auto else [])])
+    choices = ", ".join([*kinds.names, *(f"{kind}:N" for kind in kinds.indexed if kind != "cpu"), *(["auto"] if auto else [])])
     raise ValueError(f"{name} must be one of {choices}; got {setting!r}")
 
 
-def indexed_kinds(kinds: Sequence[str]) -> Sequence[str]:
-    """The kinds that may carry an index: all of them for inference (as torch.device takes
-    them), only cuda for training (a process per GPU; the CPU is one device)."""
-    return kinds if tuple(kinds) == INFERENCE_DEVICES else [kind for kind in kinds if kind == "cuda"]
-
-
-def pick_device(setting: str, kinds: Sequence[str] = TRAINING_DEVICES, *, auto: bool = False, torchrun: bool = False, name: str = "device") -> torch.device:
+def pick_device(setting: str, kinds: DeviceKinds = TRAINING_DEVICES, *, auto: bool = False, torchrun: bool = False, name: str = "device") -> torch.device:
     """The torch device `setting` names, usable here. With `torchrun` (a training process)
     and WORLD_SIZE > 1, "cuda" means this process's LOCAL_RANK GPU, which becomes torch's
     current device, and "cuda:N" is refused (every process would share GPU N)."""
