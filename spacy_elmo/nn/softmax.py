@@ -111,8 +111,50 @@ class SampledSoftmax(FullSoftmax):
             return super().forward(hidden, targets)
         samples, tries = distinct_log_uniform(self.n_samples, self.vocab_size, hidden.device)
         log_expected = torch.log(expected_counts(self.sampling_probs, self.n_samples, tries))
-        true_logits = (hidden * self.weight[targets]).sum(-1) + self.bias[targets] - log_expected[targets]
-        sampled_logits = hidden @ self.weight[samples].t() + self.bias[samples] - log_expected[samples]
-        sampled_logits = sampled_logits.masked_fill(samples.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
-        logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)
-        return -torch.log_softmax(logits, dim=1)[:, 0]
+        true_logits = (hidden * self.weight[targets]).sum(-1) + (self.bias[targets] - log_expected[targets])
+        hit_rows, hit_columns = accidental_hits(samples, targets, self.vocab_size)
+        sampled = SampledLogSumExp.apply(hidden, self.weight[samples], self.bias[samples] - log_expected[samples], hit_rows, hit_columns)
+        return torch.logaddexp(true_logits, sampled) - true_logits
+
+
+def accidental_hits(samples: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(S,) distinct ids, (n,) targets -> (rows, columns) where samples[column] == targets[row]."""
+    column_of = torch.full((vocab_size,), -1, dtype=torch.long, device=samples.device)
+    column_of[samples] = torch.arange(len(samples), device=samples.device)
+    columns = column_of[targets]
+    rows = (columns >= 0).nonzero().squeeze(1)
+    return rows, columns[rows]
+
+
+class SampledLogSumExp(torch.autograd.Function):
+    """logsumexp over the negatives' logits, in place on one (n, S) buffer.
+
+    forward(hidden (n, P), weight (S, P), bias (S,), hit_rows (h,), hit_columns (h,)) -> (n,):
+    log sum_s exp(hidden @ weight[s] + bias[s]), leaving out the (row, column) pairs of the
+    accidental hits. The plain autograd form (matmul, bias, mask, concatenate, log_softmax)
+    makes some fifteen passes over the (n, S) logits; this one computes them once, turns them
+    into unnormalized probabilities in place and keeps those for the backward pass. Under bf16
+    autocast the product runs in bf16 and the sums in fp32.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, hit_rows, hit_columns):
+        logits = torch.addmm(bias, hidden, weight.t())
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 matmul, fp32 sums
+        logits[hit_rows, hit_columns] = float("-inf")
+        top = logits.amax(1, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
+        probs = logits.sub_(top).exp_()
+        total = probs.sum(1)
+        ctx.save_for_backward(hidden, weight, bias, probs, total)
+        return (total.log() + top.squeeze(1)).to(hidden.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, bias, probs, total = ctx.saved_tensors
+        # d logsumexp / d logit = softmax; a row whose every negative is a hit has total 0
+        scale = grad.to(probs.dtype) / total.clamp_min(torch.finfo(probs.dtype).tiny)
+        softmax_grad = probs.mul_(scale.unsqueeze(1))  # a second backward fails autograd's version check
+        grad_hidden = softmax_grad @ weight.to(probs.dtype)
+        grad_weight = softmax_grad.t() @ hidden.to(probs.dtype)
+        grad_bias = softmax_grad.sum(0)
+        return grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype), grad_bias.to(bias.dtype), None, None

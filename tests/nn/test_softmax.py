@@ -8,7 +8,9 @@ import torch
 from spacy_elmo.nn import softmax
 from spacy_elmo.nn.softmax import (
     FullSoftmax,
+    SampledLogSumExp,
     SampledSoftmax,
+    accidental_hits,
     distinct_log_uniform,
     expected_counts,
     log_uniform_draws,
@@ -122,3 +124,80 @@ def test_evaluation_softmax_in_chunks_equals_the_whole():
     with torch.no_grad():
         chunked = head(hidden, targets)
     torch.testing.assert_close(chunked, whole.detach())
+
+
+def plain_sampled_losses(head: SampledSoftmax, hidden, targets, samples, tries):
+    """The sampled loss in plain autograd ops (bilm-tf's formulation), as the reference."""
+    log_q = torch.log(expected_counts(head.sampling_probs.to(hidden.dtype), head.n_samples, tries))
+    true = (hidden * head.weight[targets]).sum(-1) + head.bias[targets] - log_q[targets]
+    sampled = hidden @ head.weight[samples].t() + head.bias[samples] - log_q[samples]
+    sampled = sampled.masked_fill(samples.unsqueeze(0) == targets.unsqueeze(1), float("-inf"))
+    return -torch.log_softmax(torch.cat([true.unsqueeze(1), sampled], 1), 1)[:, 0]
+
+
+def test_sampled_loss_and_gradients_equal_the_plain_formulation(monkeypatch):
+    torch.manual_seed(3)
+    head = SampledSoftmax(6, 40, n_samples=12).double().train()
+    samples = torch.randperm(40)[:12]
+    monkeypatch.setattr(softmax, "distinct_log_uniform", lambda n, vocab, device: (samples, 17))
+    hidden = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
+    targets = torch.cat([samples[:4], torch.randint(0, 40, (5,))])  # four accidental hits at least
+    results = []
+    for losses in (head(hidden, targets), plain_sampled_losses(head, hidden, targets, samples, 17)):
+        weights = torch.arange(1.0, 10.0, dtype=torch.float64)
+        grads = torch.autograd.grad((losses * weights).sum(), (hidden, head.weight, head.bias))
+        results.append((losses.detach(), *grads))
+    for fast, plain in zip(*results):
+        torch.testing.assert_close(fast, plain)
+
+
+def test_sampled_logsumexp_gradients_match_finite_differences():
+    torch.manual_seed(4)
+    inputs = [torch.randn(5, 3, dtype=torch.float64), torch.randn(7, 3, dtype=torch.float64), torch.randn(7, dtype=torch.float64)]
+    rows, columns = torch.tensor([0, 3]), torch.tensor([2, 6])
+    row_weights = torch.randn(5, dtype=torch.float64)
+
+    def objective(*tensors):
+        return (SampledLogSumExp.apply(*tensors, rows, columns) * row_weights).sum()
+
+    leaves = [tensor.clone().requires_grad_() for tensor in inputs]
+    analytic = torch.autograd.grad(objective(*leaves), leaves)  # one backward: its buffer is reused
+    step = 1e-6
+    for which, tensor in enumerate(inputs):
+        numeric = torch.zeros_like(tensor)
+        for index in range(tensor.numel()):
+            shifted = [t.clone() for t in inputs]
+            shifted[which].view(-1)[index] += step
+            above = objective(*shifted)
+            shifted[which].view(-1)[index] -= 2 * step
+            numeric.view(-1)[index] = (above - objective(*shifted)) / (2 * step)
+        torch.testing.assert_close(analytic[which], numeric, atol=1e-7, rtol=1e-6)
+
+
+def test_accidental_hits_locate_each_target_among_the_samples():
+    rows, columns = accidental_hits(torch.tensor([7, 2, 9]), torch.tensor([2, 5, 9, 2]), vocab_size=10)
+    assert rows.tolist() == [0, 2, 3] and columns.tolist() == [1, 2, 1]
+
+
+def test_a_row_whose_only_negative_is_its_target_has_zero_loss_and_gradient(monkeypatch):
+    head = SampledSoftmax(2, 5, n_samples=1).train()
+    monkeypatch.setattr(softmax, "distinct_log_uniform", lambda n, vocab, device: (torch.tensor([3]), 1))
+    hidden = torch.randn(2, 2, requires_grad=True)
+    losses = head(hidden, torch.tensor([3, 1]))
+    losses.sum().backward()
+    assert losses[0].item() == 0.0 and torch.isfinite(losses[1]) and losses[1].item() > 0
+    assert torch.all(torch.isfinite(hidden.grad)) and torch.all(hidden.grad[0] == 0)
+
+
+def test_sampled_loss_under_bf16_autocast_stays_near_fp32(monkeypatch):
+    torch.manual_seed(5)
+    head = SampledSoftmax(64, 2000, n_samples=256).train()
+    samples, tries = distinct_log_uniform(256, 2000, CPU)
+    monkeypatch.setattr(softmax, "distinct_log_uniform", lambda n, vocab, device: (samples, tries))
+    hidden, targets = torch.randn(128, 64), torch.randint(0, 2000, (128,))
+    exact = head(hidden, targets)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        approximate = head(hidden, targets)
+    assert approximate.dtype == torch.float32
+    # bf16 keeps 8 mantissa bits: logits of size ~10 are off by ~0.05 at most
+    torch.testing.assert_close(approximate, exact, atol=0.1, rtol=0.02)
