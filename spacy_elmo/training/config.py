@@ -69,8 +69,10 @@ class ScheduleSettings:
     warmup_steps: NotNegative = 0
     """The learning rate rises linearly from 0 over these steps."""
     decay: Literal["constant", "linear", "inverse_sqrt"] = "constant"
-    """After warmup: "constant", "linear" (to `final_fraction` at training.max_steps) or
-    "inverse_sqrt" (proportional to 1/sqrt(step))."""
+    """After warmup: "constant", "linear" (to `final_fraction` when training.max_steps or
+    training.max_seconds is spent, whichever comes first) or "inverse_sqrt" (proportional
+    to 1/sqrt(step)). A linear decay over max_seconds follows the clock: on another machine,
+    or under load, it takes other steps at other rates."""
     final_fraction: Annotated[Number, Field(ge=0, le=1)] = 0.0
 
 
@@ -132,8 +134,8 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.schedule.decay != "linear" or self.training.max_steps > 0,
-            "schedule.decay = 'linear' needs training.max_steps",
+            self.schedule.decay != "linear" or self.training.max_steps > 0 or self.training.max_seconds > 0,
+            "schedule.decay = 'linear' needs training.max_steps or training.max_seconds, its horizon",
         )
         _check(not self.model.warm_state, "model.warm_state is set after training (`warm`), not trained")
 

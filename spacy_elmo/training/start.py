@@ -115,7 +115,7 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
     current = config.to_dict()
     if config.paths.init_from is not None:
         current["model"] = saved["model"]
-    changeable = set(resumable_keys()) - ({"max_steps"} if config.schedule.decay == "linear" else set())
+    changeable = set(resumable_keys()) - ({"max_steps", "max_seconds"} if config.schedule.decay == "linear" else set())
     for section in saved:
         for key in sorted(set(saved[section]) | set(current[section])):
             if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):

@@ -185,14 +185,14 @@ class Trainer:
         try:
             with StopRequest() as stop:
                 while True:
-                    spent, interrupted = self._should_stop(time.perf_counter() - run_start, stop.requested)  # collective
+                    spent, interrupted, elapsed = self._should_stop(time.perf_counter() - run_start, stop.requested)  # collective
                     if interrupted:
                         self._checkpoint("last.pt")  # collective
                         raise TrainingInterrupted
                     if spent:
                         break
                     step_start = time.perf_counter()
-                    result = self._step(next(self.stream))  # collective
+                    result = self._step(next(self.stream), elapsed)  # collective
                     self.progress.position = self.stream.position
                     self.progress.elapsed_seconds = time.perf_counter() - run_start
                     if result is None:
@@ -269,17 +269,18 @@ class Trainer:
         if step % settings.checkpoint_every == 0:
             self._checkpoint("last.pt")  # collective
 
-    def _should_stop(self, elapsed: float, interrupted: bool) -> Tuple[bool, bool]:
-        """(budget spent, interrupted), agreed by all processes."""
+    def _should_stop(self, elapsed: float, interrupted: bool) -> Tuple[bool, bool, float]:
+        """(budget spent, interrupted, elapsed seconds), agreed by all processes (the
+        elapsed time is their mean, so that a decay over time sets one learning rate)."""
         settings = self.config.training
         spent = bool(settings.max_steps and self.progress.step >= settings.max_steps)
         spent |= bool(settings.max_epochs and self.stream.upcoming_epoch() >= settings.max_epochs)
         spent |= bool(settings.max_seconds and elapsed >= settings.max_seconds)
-        votes = sum_values([float(spent), float(interrupted)], self.process, self.device)
-        return votes[0] > 0, votes[1] > 0
+        votes = sum_values([float(spent), float(interrupted), elapsed], self.process, self.device)
+        return votes[0] > 0, votes[1] > 0, votes[2] / self.process.world_size
 
-    def _step(self, sentences: List[Sentence]) -> Optional[Tuple[float, int, int]]:
-        """One optimizer step on a global batch; returns its summed NLL (mean of the two
+    def _step(self, sentences: List[Sentence], elapsed: float) -> Optional[Tuple[float, int, int]]:
+        """One optimizer step on a global batch, `elapsed` seconds into the run; returns its summed NLL (mean of the two
         directions), predictions per direction and tokens, all processes together, or
         None when the step was skipped for a non-finite loss or gradient."""
         self.objective.train()
@@ -302,7 +303,8 @@ class Trainer:
             return None
         if self.config.training.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.parameters, self.config.training.grad_clip)
-        factor = learning_rate_factor(self.config.schedule, self.progress.step + 1, self.config.training.max_steps)
+        training = self.config.training
+        factor = learning_rate_factor(self.config.schedule, self.progress.step + 1, training.max_steps, elapsed, training.max_seconds)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.optimizer.learning_rate * factor
         self.optimizer.step()

@@ -63,7 +63,7 @@ def test_an_out_of_range_value_in_each_section_is_named(section):
         ({"optimizer.name": "sgd"}, "\\[optimizer\\] name = 'sgd': Input should be 'adam' or 'adagrad'"),
         ({"schedule.decay": "cosine"}, "\\[schedule\\] decay = 'cosine': Input should be 'constant', 'linear' or 'inverse_sqrt'"),
         ({"training.max_seconds": 0}, "\\[training\\] set a budget"),
-        ({"schedule.decay": "linear"}, "needs training.max_steps"),
+        ({"schedule.decay": "linear", "training.max_seconds": 0, "training.max_epochs": 1}, "needs training.max_steps or training.max_seconds"),
         ({"batching.max_sentence_tokens": 10_000}, "\\[batching\\] max_sentence_tokens must not exceed tokens_per_batch"),
         ({"training.device": "tpu"}, "\\[training\\] device must be one of cpu, cuda, cuda:N, auto; got 'tpu'"),
         ({"training.device": "cudax"}, "\\[training\\] device must be one of"),
