@@ -114,7 +114,8 @@ class SampledSoftmax(FullSoftmax):
         true_logits = (hidden * self.weight[targets]).sum(-1) + (self.bias[targets] - log_expected[targets])
         hit_rows, hit_columns = accidental_hits(samples, targets, self.vocab_size)
         sampled = SampledLogSumExp.apply(hidden, self.weight[samples], self.bias[samples] - log_expected[samples], hit_rows, hit_columns)
-        return torch.logaddexp(true_logits, sampled) - true_logits
+        # -log(e^true / (e^true + e^sampled)), exact where the loss is tiny, 0 with no negative
+        return torch.nn.functional.softplus(sampled - true_logits)
 
 
 def accidental_hits(samples: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -130,31 +131,36 @@ class SampledLogSumExp(torch.autograd.Function):
     """logsumexp over the negatives' logits, in place on one (n, S) buffer.
 
     forward(hidden (n, P), weight (S, P), bias (S,), hit_rows (h,), hit_columns (h,)) -> (n,):
-    log sum_s exp(hidden @ weight[s] + bias[s]), leaving out the (row, column) pairs of the
-    accidental hits. The plain autograd form (matmul, bias, mask, concatenate, log_softmax)
-    makes some fifteen passes over the (n, S) logits; this one computes them once, turns them
-    into unnormalized probabilities in place and keeps those for the backward pass. Under bf16
-    autocast the product runs in bf16 and the sums in fp32.
+    log sum_s exp(hidden @ weight[s] + bias[s]) in fp32, leaving out the (row, column) pairs
+    of the accidental hits (a row with no negative left gives -inf). The plain autograd form
+    (matmul, bias, mask, concatenate, log_softmax) makes some fifteen passes over the (n, S)
+    logits; this one computes them once, turns them into unnormalized probabilities in place
+    and keeps those for the backward pass, which may run once (a second fails autograd's
+    version check). Under autocast the product runs in the autocast dtype, everything after
+    it (bias, sums, and the backward products) in fp32.
     """
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, hit_rows, hit_columns):
-        logits = torch.addmm(bias, hidden, weight.t())
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 matmul, fp32 sums
+        product = hidden @ weight.t()
+        logits = product.to(torch.promote_types(product.dtype, torch.float32)).add_(bias)
         logits[hit_rows, hit_columns] = float("-inf")
         top = logits.amax(1, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
         probs = logits.sub_(top).exp_()
         total = probs.sum(1)
-        ctx.save_for_backward(hidden, weight, bias, probs, total)
-        return (total.log() + top.squeeze(1)).to(hidden.dtype)
+        ctx.save_for_backward(hidden, weight, probs, total)
+        ctx.bias_dtype = bias.dtype
+        return total.log() + top.squeeze(1)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        hidden, weight, bias, probs, total = ctx.saved_tensors
+        hidden, weight, probs, total = ctx.saved_tensors
         # d logsumexp / d logit = softmax; a row whose every negative is a hit has total 0
-        scale = grad.to(probs.dtype) / total.clamp_min(torch.finfo(probs.dtype).tiny)
-        softmax_grad = probs.mul_(scale.unsqueeze(1))  # a second backward fails autograd's version check
-        grad_hidden = softmax_grad @ weight.to(probs.dtype)
-        grad_weight = softmax_grad.t() @ hidden.to(probs.dtype)
-        grad_bias = softmax_grad.sum(0)
-        return grad_hidden.to(hidden.dtype), grad_weight.to(weight.dtype), grad_bias.to(bias.dtype), None, None
+        scale = torch.where(total > 0, grad.to(probs.dtype) / total, 0.0)
+        softmax_grad = probs.mul_(scale.unsqueeze(1))
+        needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
+        grad_hidden = (softmax_grad @ weight.to(probs.dtype)).to(hidden.dtype) if needs_hidden else None
+        grad_weight = (softmax_grad.t() @ hidden.to(probs.dtype)).to(weight.dtype) if needs_weight else None
+        grad_bias = softmax_grad.sum(0).to(ctx.bias_dtype) if needs_bias else None
+        return grad_hidden, grad_weight, grad_bias, None, None

@@ -69,10 +69,13 @@ class ScheduleSettings:
     warmup_steps: NotNegative = 0
     """The learning rate rises linearly from 0 over these steps."""
     decay: Literal["constant", "linear", "inverse_sqrt"] = "constant"
-    """After warmup: "constant", "linear" (to `final_fraction` when training.max_steps or
-    training.max_seconds is spent, whichever comes first) or "inverse_sqrt" (proportional
-    to 1/sqrt(step)). A linear decay over max_seconds follows the clock: on another machine,
-    or under load, it takes other steps at other rates."""
+    """After warmup: "constant", "linear" (to `final_fraction` at the end of `horizon`) or
+    "inverse_sqrt" (proportional to 1/sqrt(step))."""
+    horizon: Literal["steps", "seconds"] = "steps"
+    """What a linear decay spans: training.max_steps (after warmup) or training.max_seconds
+    (the clock, from the run's start, warmup included). A decay over seconds follows the
+    machine: on a slower or busier one it takes fewer steps at other rates, and a resumed
+    run is not bitwise the uninterrupted one."""
     final_fraction: Annotated[Number, Field(ge=0, le=1)] = 0.0
 
 
@@ -134,10 +137,14 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.schedule.decay != "linear" or self.training.max_steps > 0 or self.training.max_seconds > 0,
-            "schedule.decay = 'linear' needs training.max_steps or training.max_seconds, its horizon",
+            self.schedule.decay != "linear" or self.linear_horizon() > 0,
+            f"schedule.decay = 'linear' needs training.max_{self.schedule.horizon} (schedule.horizon = '{self.schedule.horizon}')",
         )
         _check(not self.model.warm_state, "model.warm_state is set after training (`warm`), not trained")
+
+    def linear_horizon(self) -> float:
+        """The budget a linear decay spans: max_steps or max_seconds (0: none set)."""
+        return self.training.max_steps if self.schedule.horizon == "steps" else self.training.max_seconds
 
     def to_dict(self) -> Dict[str, Any]:
         data = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -9,7 +9,7 @@ only rank 0 writes files.
 """
 import datetime
 import os
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Tuple
 
 import torch
 import torch.distributed as dist
@@ -70,6 +70,13 @@ def sum_values(values: List[float], process: Process, device: torch.device) -> L
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
     return tensor.tolist()
+
+
+def agree_on_budget(spent: bool, interrupted: bool, elapsed: float, process: Process, device: torch.device) -> Tuple[bool, bool, float]:
+    """(has any process spent its budget, was any interrupted, the processes' mean elapsed
+    seconds): one verdict and one clock for all, so that a decay over seconds sets one rate."""
+    votes = sum_values([float(spent), float(interrupted), elapsed], process, device)
+    return votes[0] > 0, votes[1] > 0, votes[2] / process.world_size
 
 
 def rng_states() -> List[torch.Tensor]:

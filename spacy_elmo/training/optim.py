@@ -31,23 +31,17 @@ def make_optimizer(settings: OptimizerSettings, parameters: Iterable[torch.nn.Pa
 
 
 def learning_rate_factor(schedule: ScheduleSettings, step: int, max_steps: int, elapsed: float = 0.0, max_seconds: float = 0.0) -> float:
-    """Multiplier of the base learning rate for optimizer step `step` (1-based), `elapsed`
-    seconds into a run. A linear decay follows whichever budget is further spent: steps
-    after warmup out of `max_steps - warmup_steps`, or seconds out of `max_seconds`."""
+    """Multiplier of the base learning rate for optimizer step `step` (1-based), taken
+    `elapsed` seconds into the run. A linear decay spans `schedule.horizon`: the steps
+    after warmup out of `max_steps - warmup_steps`, or the seconds out of `max_seconds`."""
     if schedule.warmup_steps and step <= schedule.warmup_steps:
         return step / schedule.warmup_steps
     if schedule.decay == "inverse_sqrt":
         return math.sqrt(max(schedule.warmup_steps, 1) / step)
     if schedule.decay == "linear":
-        return 1.0 - (1.0 - schedule.final_fraction) * budget_spent(schedule, step, max_steps, elapsed, max_seconds)
+        if schedule.horizon == "seconds":
+            spent = elapsed / max(max_seconds, 1e-9)
+        else:
+            spent = (step - schedule.warmup_steps) / max(max_steps - schedule.warmup_steps, 1)
+        return 1.0 - (1.0 - schedule.final_fraction) * min(max(spent, 0.0), 1.0)
     return 1.0
-
-
-def budget_spent(schedule: ScheduleSettings, step: int, max_steps: int, elapsed: float, max_seconds: float) -> float:
-    """The fraction in [0, 1] of the step or time budget used, whichever is larger (0 with neither)."""
-    spent = 0.0
-    if max_steps:
-        spent = (step - schedule.warmup_steps) / max(max_steps - schedule.warmup_steps, 1)
-    if max_seconds:
-        spent = max(spent, elapsed / max_seconds)
-    return min(max(spent, 0.0), 1.0)

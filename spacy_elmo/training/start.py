@@ -103,8 +103,8 @@ def plan_start(config: PretrainConfig, mode: StartMode, found: FoundTraining, co
 
 def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: Dict[str, Any], world_size: int) -> PretrainConfig:
     """`config` if the checkpoint was written by as many processes on the same corpus, with
-    a config that differs at most in `resumable_keys()` (not `max_steps` under a linear
-    decay). With `init_from`, the model shape is the checkpoint's (the init weights are not
+    a config that differs at most in `resumable_keys()` (not the horizon of a linear decay,
+    `max_steps` or `max_seconds`). With `init_from`, the model shape is the checkpoint's (the init weights are not
     reloaded). ValueError naming the difference otherwise."""
     if len(checkpoint["rng"]) != world_size:
         raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {world_size}")
@@ -115,7 +115,7 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
     current = config.to_dict()
     if config.paths.init_from is not None:
         current["model"] = saved["model"]
-    changeable = set(resumable_keys()) - ({"max_steps", "max_seconds"} if config.schedule.decay == "linear" else set())
+    changeable = set(resumable_keys()) - ({f"max_{config.schedule.horizon}"} if config.schedule.decay == "linear" else set())
     for section in saved:
         for key in sorted(set(saved[section]) | set(current[section])):
             if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):

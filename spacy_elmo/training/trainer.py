@@ -10,7 +10,8 @@ order; only rank 0 writes files.
 
 A step whose loss or gradient is not finite is skipped (see `nonfinite`): the weights,
 the optimizer state and the step counter stay as they were, so the learning-rate
-schedule, `max_steps` and the log, eval and checkpoint intervals count good steps only;
+schedule, `max_steps` and the log, eval and checkpoint intervals count good steps only
+(a decay over seconds counts the time of every step);
 its batch is consumed (the data position moves past it) but not counted in `tokens`.
 Log lines carry `skipped_steps` (since the previous line) and `skipped_steps_total`.
 After `training.max_bad_steps` skipped steps in a row the run stops with
@@ -47,6 +48,7 @@ from .checkpoint import (
 from .config import PathsSettings, PretrainConfig
 from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
 from .distributed import (
+    agree_on_budget,
     barrier,
     gather_rng_states,
     set_rng_states,
@@ -270,14 +272,12 @@ class Trainer:
             self._checkpoint("last.pt")  # collective
 
     def _should_stop(self, elapsed: float, interrupted: bool) -> Tuple[bool, bool, float]:
-        """(budget spent, interrupted, elapsed seconds), agreed by all processes (the
-        elapsed time is their mean, so that a decay over time sets one learning rate)."""
+        """(budget spent, interrupted, elapsed seconds), agreed by all processes."""
         settings = self.config.training
         spent = bool(settings.max_steps and self.progress.step >= settings.max_steps)
         spent |= bool(settings.max_epochs and self.stream.upcoming_epoch() >= settings.max_epochs)
         spent |= bool(settings.max_seconds and elapsed >= settings.max_seconds)
-        votes = sum_values([float(spent), float(interrupted), elapsed], self.process, self.device)
-        return votes[0] > 0, votes[1] > 0, votes[2] / self.process.world_size
+        return agree_on_budget(spent, interrupted, elapsed, self.process, self.device)
 
     def _step(self, sentences: List[Sentence], elapsed: float) -> Optional[Tuple[float, int, int]]:
         """One optimizer step on a global batch, `elapsed` seconds into the run; returns its summed NLL (mean of the two

@@ -187,6 +187,12 @@ def test_a_row_whose_only_negative_is_its_target_has_zero_loss_and_gradient(monk
     losses.sum().backward()
     assert losses[0].item() == 0.0 and torch.isfinite(losses[1]) and losses[1].item() > 0
     assert torch.all(torch.isfinite(hidden.grad)) and torch.all(hidden.grad[0] == 0)
+    # the function on its own: a row with no negative left is -inf, and any gradient into it is dropped
+    weight = torch.randn(1, 2, requires_grad=True)
+    logsumexp = SampledLogSumExp.apply(hidden, weight, torch.zeros(1), torch.tensor([0]), torch.tensor([0]))
+    assert logsumexp[0].item() == float("-inf") and torch.isfinite(logsumexp[1])
+    (logsumexp * torch.tensor([10.0, 1.0])).sum().backward()
+    assert torch.all(torch.isfinite(weight.grad)) and torch.all(torch.isfinite(hidden.grad))
 
 
 def test_sampled_loss_under_bf16_autocast_stays_near_fp32(monkeypatch):
@@ -196,8 +202,9 @@ def test_sampled_loss_under_bf16_autocast_stays_near_fp32(monkeypatch):
     monkeypatch.setattr(softmax, "distinct_log_uniform", lambda n, vocab, device: (samples, tries))
     hidden, targets = torch.randn(128, 64), torch.randint(0, 2000, (128,))
     exact = head(hidden, targets)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        approximate = head(hidden, targets)
-    assert approximate.dtype == torch.float32
-    # bf16 keeps 8 mantissa bits: logits of size ~10 are off by ~0.05 at most
-    torch.testing.assert_close(approximate, exact, atol=0.1, rtol=0.02)
+    for inputs in (hidden, hidden.bfloat16()):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            approximate = head(inputs, targets)
+        assert approximate.dtype == torch.float32
+        # bf16 keeps 8 mantissa bits: logits of size ~10 are off by ~0.05 at most
+        torch.testing.assert_close(approximate, exact, atol=0.1, rtol=0.02)

@@ -21,18 +21,19 @@ def test_linear_decay_reaches_the_final_fraction_at_max_steps():
     assert learning_rate_factor(schedule, 500, 110) == pytest.approx(0.1)
 
 
-def test_linear_decay_over_a_time_budget_follows_the_clock():
-    schedule = ScheduleSettings(warmup_steps=10, decay="linear", final_fraction=0.0)
+def test_linear_decay_over_seconds_follows_the_clock():
+    schedule = ScheduleSettings(warmup_steps=10, decay="linear", horizon="seconds", final_fraction=0.0)
     assert learning_rate_factor(schedule, 11, 0, elapsed=0.0, max_seconds=900.0) == 1.0
     assert learning_rate_factor(schedule, 11, 0, elapsed=450.0, max_seconds=900.0) == pytest.approx(0.5)
     assert learning_rate_factor(schedule, 11, 0, elapsed=1000.0, max_seconds=900.0) == 0.0
     assert learning_rate_factor(schedule, 5, 0, elapsed=800.0, max_seconds=900.0) == 0.5  # warmup is in steps
 
 
-def test_linear_decay_follows_whichever_budget_is_further_spent():
-    schedule = ScheduleSettings(warmup_steps=0, decay="linear", final_fraction=0.0)
-    assert learning_rate_factor(schedule, 25, 100, elapsed=100.0, max_seconds=200.0) == pytest.approx(0.5)
-    assert learning_rate_factor(schedule, 75, 100, elapsed=100.0, max_seconds=200.0) == pytest.approx(0.25)
+def test_a_linear_decay_spans_its_horizon_only():
+    over_steps = ScheduleSettings(decay="linear", horizon="steps")
+    over_seconds = ScheduleSettings(decay="linear", horizon="seconds")
+    assert learning_rate_factor(over_steps, 25, 100, elapsed=150.0, max_seconds=200.0) == pytest.approx(0.75)
+    assert learning_rate_factor(over_seconds, 25, 100, elapsed=150.0, max_seconds=200.0) == pytest.approx(0.25)
     assert learning_rate_factor(ScheduleSettings(decay="constant"), 75, 100, elapsed=150.0, max_seconds=200.0) == 1.0
 
 

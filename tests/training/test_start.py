@@ -64,14 +64,15 @@ def test_resume_refuses_what_does_not_fit(checkpoint, config, message):
         plan_start(config, StartMode.RESUME, found(checkpoint), CORPUS, 1)
 
 
-def test_a_linear_decay_pins_its_horizon():
-    linear = load_config(DEMO_PRETRAIN_CONFIG, {"schedule.decay": "linear", "training.max_steps": 100})
+def test_a_linear_decay_pins_its_horizon_only():
+    over_steps = load_config(DEMO_PRETRAIN_CONFIG, {"schedule.decay": "linear", "training.max_steps": 100})
     with pytest.raises(ValueError, match="\\[training\\] max_steps was 100, is now 200"):
-        plan_start(with_training(linear, max_steps=200), StartMode.RESUME, found(checkpoint_of(linear)), CORPUS, 1)
+        plan_start(with_training(over_steps, max_steps=200), StartMode.RESUME, found(checkpoint_of(over_steps)), CORPUS, 1)
+    assert plan_start(with_training(over_steps, max_seconds=5.0), StartMode.RESUME, found(checkpoint_of(over_steps)), CORPUS, 1).checkpoint
+    over_seconds = load_config(DEMO_PRETRAIN_CONFIG, {"schedule.decay": "linear", "schedule.horizon": "seconds"})
     with pytest.raises(ValueError, match="\\[training\\] max_seconds was 900.0, is now 5.0"):
-        plan_start(with_training(linear, max_seconds=5.0), StartMode.RESUME, found(checkpoint_of(linear)), CORPUS, 1)
-    constant = load_config(DEMO_PRETRAIN_CONFIG, {"training.max_steps": 100})
-    assert plan_start(with_training(constant, max_seconds=5.0), StartMode.RESUME, found(checkpoint_of(constant)), CORPUS, 1).checkpoint
+        plan_start(with_training(over_seconds, max_seconds=5.0), StartMode.RESUME, found(checkpoint_of(over_seconds)), CORPUS, 1)
+    assert plan_start(with_training(over_seconds, max_steps=50), StartMode.RESUME, found(checkpoint_of(over_seconds)), CORPUS, 1).checkpoint
 
 
 def test_with_init_from_the_model_shape_is_the_checkpoints():
