@@ -178,14 +178,20 @@ print(json.dumps([[total if total == total else "nan", ok] for total, ok in verd
 """
 
 
-def test_every_process_takes_the_same_skip_decision(tmp_path):
-    """A NaN loss on one rank with finite gradients, or an inf gradient on one rank: both skip."""
+def two_ranks_print(script: str, tmp_path: Path) -> list:
+    """Run `script` as ranks 0 and 1 of a gloo group; the JSON each printed last."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     store = tmp_path / "store"
-    ranks = [subprocess.Popen([sys.executable, "-c", AGREE_SCRIPT, str(rank), str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for rank in (0, 1)]
+    command = [sys.executable, "-c", script]
+    ranks = [subprocess.Popen([*command, str(rank), str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for rank in (0, 1)]
     outputs = [process.communicate(timeout=120) for process in ranks]
     assert all(process.returncode == 0 for process in ranks), [err[-2000:] for _, err in outputs]
-    verdicts = [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
+    return [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
+
+
+def test_every_process_takes_the_same_skip_decision(tmp_path):
+    """A NaN loss on one rank with finite gradients, or an inf gradient on one rank: both skip."""
+    verdicts = two_ranks_print(AGREE_SCRIPT, tmp_path)
     assert verdicts[0] == verdicts[1] == [[2.0, True], ["nan", False], [2.0, False]]
 
 
@@ -194,7 +200,8 @@ import json, sys, torch, torch.distributed as dist
 from spacy_elmo.training.distributed import Process, agree_on_budget
 rank, store = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
-verdicts = [agree_on_budget(rank == 1, False, 10.0 + 2 * rank, Process(rank, 2), torch.device("cpu")), agree_on_budget(False, rank == 0, 4.0, Process(rank, 2), torch.device("cpu"))]
+process, cpu = Process(rank, 2), torch.device("cpu")
+verdicts = [agree_on_budget(rank == 1, False, 10.0 + 2 * rank, process, cpu), agree_on_budget(False, rank == 0, 4.0, process, cpu)]
 dist.destroy_process_group()
 print(json.dumps(verdicts))
 """
@@ -202,12 +209,7 @@ print(json.dumps(verdicts))
 
 def test_every_process_agrees_on_the_budget_and_the_clock(tmp_path):
     """One process spent (or interrupted) stops all; the elapsed time is one mean for all."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    store = tmp_path / "store"
-    ranks = [subprocess.Popen([sys.executable, "-c", BUDGET_SCRIPT, str(rank), str(store)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for rank in (0, 1)]
-    outputs = [process.communicate(timeout=120) for process in ranks]
-    assert all(process.returncode == 0 for process in ranks), [err[-2000:] for _, err in outputs]
-    verdicts = [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
+    verdicts = two_ranks_print(BUDGET_SCRIPT, tmp_path)
     assert verdicts[0] == verdicts[1] == [[True, False, 11.0], [False, True, 4.0]]
 
 
