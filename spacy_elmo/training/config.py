@@ -137,14 +137,10 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.schedule.decay != "linear" or self.linear_horizon() > 0,
+            self.schedule.decay != "linear" or getattr(self.training, f"max_{self.schedule.horizon}") > 0,
             f"schedule.decay = 'linear' needs training.max_{self.schedule.horizon} (schedule.horizon = '{self.schedule.horizon}')",
         )
         _check(not self.model.warm_state, "model.warm_state is set after training (`warm`), not trained")
-
-    def linear_horizon(self) -> float:
-        """The budget a linear decay spans: max_steps or max_seconds (0: none set)."""
-        return self.training.max_steps if self.schedule.horizon == "steps" else self.training.max_seconds
 
     def to_dict(self) -> Dict[str, Any]:
         data = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(self)}

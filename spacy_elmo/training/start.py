@@ -104,8 +104,8 @@ def plan_start(config: PretrainConfig, mode: StartMode, found: FoundTraining, co
 def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: Dict[str, Any], world_size: int) -> PretrainConfig:
     """`config` if the checkpoint was written by as many processes on the same corpus, with
     a config that differs at most in `resumable_keys()` (not the horizon of a linear decay,
-    `max_steps` or `max_seconds`). With `init_from`, the model shape is the checkpoint's (the init weights are not
-    reloaded). ValueError naming the difference otherwise."""
+    `max_steps` or `max_seconds`). With `init_from`, the model shape is the checkpoint's
+    (the init weights are not reloaded). ValueError naming the difference otherwise."""
     if len(checkpoint["rng"]) != world_size:
         raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {world_size}")
     for key, value in checkpoint["corpus"].items():

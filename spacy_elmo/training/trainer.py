@@ -280,9 +280,10 @@ class Trainer:
         return agree_on_budget(spent, interrupted, elapsed, self.process, self.device)
 
     def _step(self, sentences: List[Sentence], elapsed: float) -> Optional[Tuple[float, int, int]]:
-        """One optimizer step on a global batch, `elapsed` seconds into the run; returns its summed NLL (mean of the two
-        directions), predictions per direction and tokens, all processes together, or
-        None when the step was skipped for a non-finite loss or gradient."""
+        """One optimizer step on a global batch, `elapsed` seconds into the run; returns its
+        summed NLL (mean of the two directions), predictions per direction and tokens, all
+        processes together, or None when the step was skipped for a non-finite loss or
+        gradient."""
         self.objective.train()
         self.optimizer.zero_grad(set_to_none=True)
         predictions = sum(len(s) + 1 for s in sentences)
