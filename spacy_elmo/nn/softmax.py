@@ -111,9 +111,10 @@ class SampledSoftmax(FullSoftmax):
             return super().forward(hidden, targets)
         samples, tries = distinct_log_uniform(self.n_samples, self.vocab_size, hidden.device)
         log_expected = torch.log(expected_counts(self.sampling_probs, self.n_samples, tries))
-        true_logits = (hidden * self.weight[targets]).sum(-1) + (self.bias[targets] - log_expected[targets])
+        corrected_bias = self.bias - log_expected  # (vocab,) the bias less each id's log expected count
+        true_logits = (hidden * self.weight[targets]).sum(-1) + corrected_bias[targets]
         hit_rows, hit_columns = accidental_hits(samples, targets, self.vocab_size)
-        sampled = SampledLogSumExp.apply(hidden, self.weight[samples], self.bias[samples] - log_expected[samples], hit_rows, hit_columns)
+        sampled = SampledLogSumExp.apply(hidden, self.weight[samples], corrected_bias[samples], hit_rows, hit_columns)
         # -log(e^true / (e^true + e^sampled)), exact where the loss is tiny, 0 with no negative
         return torch.nn.functional.softplus(sampled - true_logits)
 

@@ -142,9 +142,9 @@ def test_sampled_loss_and_gradients_equal_the_plain_formulation(monkeypatch):
     monkeypatch.setattr(softmax, "distinct_log_uniform", lambda n, vocab, device: (samples, 17))
     hidden = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
     targets = torch.cat([samples[:4], torch.randint(0, 40, (5,))])  # four accidental hits at least
+    weights = torch.arange(1.0, 10.0, dtype=torch.float64)
     results = []
     for losses in (head(hidden, targets), plain_sampled_losses(head, hidden, targets, samples, 17)):
-        weights = torch.arange(1.0, 10.0, dtype=torch.float64)
         grads = torch.autograd.grad((losses * weights).sum(), (hidden, head.weight, head.bias))
         results.append((losses.detach(), *grads))
     for fast, plain in zip(*results):
