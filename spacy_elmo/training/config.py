@@ -78,6 +78,11 @@ class ScheduleSettings:
     run is not bitwise the uninterrupted one."""
     final_fraction: Annotated[Number, Field(ge=0, le=1)] = 0.0
 
+    @property
+    def budget_key(self) -> str:
+        """The [training] budget a linear decay spans: "max_steps" or "max_seconds"."""
+        return f"max_{self.horizon}"
+
 
 @dataclass(frozen=True, config=SECTION)
 class BatchingSettings:
@@ -98,15 +103,15 @@ class TrainingSettings:
     dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1
     grad_clip: Annotated[Number, Field(ge=0)] = 10.0
     """Gradient-norm clipping threshold (0: none)."""
-    max_steps: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
+    max_steps: Annotated[NotNegative, RESUMABLE] = 0
     """Stop after this many optimizer steps (0: no step limit)."""
     max_seconds: Annotated[Number, Field(ge=0), RESUMABLE] = 0.0
     """Stop after this much training wall time, summed over resumed runs (0: no limit)."""
-    max_epochs: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
+    max_epochs: Annotated[NotNegative, RESUMABLE] = 0
     """Stop after this many passes over the training shards (0: no limit)."""
-    eval_every: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 500
-    checkpoint_every: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 500
-    log_every: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 10
+    eval_every: Annotated[Positive, RESUMABLE] = 500
+    checkpoint_every: Annotated[Positive, RESUMABLE] = 500
+    log_every: Annotated[Positive, RESUMABLE] = 10
     device: Annotated[str, Strict(), RESUMABLE] = "cpu"
     """"cpu", "cuda", "cuda:N" or "auto" (cuda when available). Under torchrun each process
     takes the GPU of its LOCAL_RANK."""
@@ -114,9 +119,9 @@ class TrainingSettings:
     """bf16 autocast for the training steps (fp32 master weights and optimizer state, fp32
     dev perplexity) where bf16 is native: a GPU, or a CPU with AVX512-BF16 or AMX. Elsewhere
     fp32, with a warning."""
-    num_threads: Annotated[int, Strict(), Field(ge=0), RESUMABLE] = 0
+    num_threads: Annotated[NotNegative, RESUMABLE] = 0
     """torch CPU threads per process (0: torch's default)."""
-    max_bad_steps: Annotated[int, Strict(), Field(ge=1), RESUMABLE] = 5
+    max_bad_steps: Annotated[Positive, RESUMABLE] = 5
     """Stop after this many consecutive steps with a non-finite loss or gradient. Each such
     step is skipped: no optimizer step, and it does not count as a step."""
 
@@ -137,8 +142,8 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         _check(
-            self.schedule.decay != "linear" or getattr(self.training, f"max_{self.schedule.horizon}") > 0,
-            f"schedule.decay = 'linear' needs training.max_{self.schedule.horizon} (schedule.horizon = '{self.schedule.horizon}')",
+            self.schedule.decay != "linear" or getattr(self.training, self.schedule.budget_key) > 0,
+            f"schedule.decay = 'linear' needs training.{self.schedule.budget_key} (schedule.horizon = '{self.schedule.horizon}')",
         )
         _check(not self.model.warm_state, "model.warm_state is set after training (`warm`), not trained")
 

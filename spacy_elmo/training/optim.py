@@ -4,7 +4,7 @@ from typing import Iterable
 
 import torch
 
-from .config import OptimizerSettings, ScheduleSettings
+from .config import OptimizerSettings, ScheduleSettings, TrainingSettings
 
 
 def make_optimizer(settings: OptimizerSettings, parameters: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -30,18 +30,20 @@ def make_optimizer(settings: OptimizerSettings, parameters: Iterable[torch.nn.Pa
     )
 
 
-def learning_rate_factor(schedule: ScheduleSettings, step: int, max_steps: int, elapsed: float = 0.0, max_seconds: float = 0.0) -> float:
+def learning_rate_factor(schedule: ScheduleSettings, training: TrainingSettings, step: int, elapsed: float) -> float:
     """Multiplier of the base learning rate for optimizer step `step` (1-based), taken
-    `elapsed` seconds into the run. A linear decay spans `schedule.horizon`: the steps
-    after warmup out of `max_steps - warmup_steps`, or the seconds out of `max_seconds`."""
+    `elapsed` seconds into the run. A linear decay spans the budget `schedule.budget_key`
+    names: the steps after warmup out of `max_steps - warmup_steps`, or the seconds out of
+    `max_seconds`."""
     if schedule.warmup_steps and step <= schedule.warmup_steps:
         return step / schedule.warmup_steps
     if schedule.decay == "inverse_sqrt":
         return math.sqrt(max(schedule.warmup_steps, 1) / step)
     if schedule.decay == "linear":
+        budget = getattr(training, schedule.budget_key)
         if schedule.horizon == "seconds":
-            spent = elapsed / max(max_seconds, 1e-9)
+            spent = elapsed / max(budget, 1e-9)
         else:
-            spent = (step - schedule.warmup_steps) / max(max_steps - schedule.warmup_steps, 1)
+            spent = (step - schedule.warmup_steps) / max(budget - schedule.warmup_steps, 1)
         return 1.0 - (1.0 - schedule.final_fraction) * min(max(spent, 0.0), 1.0)
     return 1.0

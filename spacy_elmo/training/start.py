@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from ..io import ModelFileError
-from .checkpoint import load_checkpoint
+from .checkpoint import BEST_CHECKPOINT, CHECKPOINTS_DIR, LAST_CHECKPOINT, load_checkpoint
 from .config import PretrainConfig, config_from_dict, resumable_keys
 from .outputs import holds_training
 
@@ -63,7 +63,7 @@ def find_training(output_dir: Path, mode: StartMode) -> FoundTraining:
     """Look into `output_dir`, reading checkpoints/last.pt only when `mode` may resume it.
     A damaged or foreign last.pt's problem points to best.pt."""
     has_outputs = holds_training(output_dir)
-    last, best = output_dir / "checkpoints" / "last.pt", output_dir / "checkpoints" / "best.pt"
+    last, best = (output_dir / CHECKPOINTS_DIR / name for name in (LAST_CHECKPOINT, BEST_CHECKPOINT))
     if mode not in (StartMode.RESUME, StartMode.AUTO) or (mode is StartMode.AUTO and not last.is_file()):
         return FoundTraining(output_dir, has_outputs)
     try:
@@ -103,8 +103,8 @@ def plan_start(config: PretrainConfig, mode: StartMode, found: FoundTraining, co
 
 def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: Dict[str, Any], world_size: int) -> PretrainConfig:
     """`config` if the checkpoint was written by as many processes on the same corpus, with
-    a config that differs at most in `resumable_keys()` (not the horizon of a linear decay,
-    `max_steps` or `max_seconds`). With `init_from`, the model shape is the checkpoint's
+    a config that differs at most in `resumable_keys()` (under a linear decay, not the budget
+    its `schedule.budget_key` names). With `init_from`, the model shape is the checkpoint's
     (the init weights are not reloaded). ValueError naming the difference otherwise."""
     if len(checkpoint["rng"]) != world_size:
         raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {world_size}")
@@ -115,7 +115,7 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
     current = config.to_dict()
     if config.paths.init_from is not None:
         current["model"] = saved["model"]
-    changeable = set(resumable_keys()) - ({f"max_{config.schedule.horizon}"} if config.schedule.decay == "linear" else set())
+    changeable = set(resumable_keys()) - ({config.schedule.budget_key} if config.schedule.decay == "linear" else set())
     for section in saved:
         for key in sorted(set(saved[section]) | set(current[section])):
             if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):

@@ -4,43 +4,47 @@ import math
 import pytest
 import torch
 
-from spacy_elmo.training.config import OptimizerSettings, ScheduleSettings
+from spacy_elmo.training.config import OptimizerSettings, ScheduleSettings, TrainingSettings
 from spacy_elmo.training.optim import learning_rate_factor, make_optimizer
 
 
 def test_warmup_then_constant():
     schedule = ScheduleSettings(warmup_steps=4)
-    assert [learning_rate_factor(schedule, s, 0) for s in (1, 2, 4, 5, 100)] == [0.25, 0.5, 1.0, 1.0, 1.0]
+    assert [learning_rate_factor(schedule, TrainingSettings(max_epochs=1), s, 0.0) for s in (1, 2, 4, 5, 100)] == [0.25, 0.5, 1.0, 1.0, 1.0]
 
 
 def test_linear_decay_reaches_the_final_fraction_at_max_steps():
     schedule = ScheduleSettings(warmup_steps=10, decay="linear", final_fraction=0.1)
-    assert learning_rate_factor(schedule, 10, 110) == 1.0
-    assert learning_rate_factor(schedule, 60, 110) == pytest.approx(0.55)
-    assert learning_rate_factor(schedule, 110, 110) == pytest.approx(0.1)
-    assert learning_rate_factor(schedule, 500, 110) == pytest.approx(0.1)
+    training = TrainingSettings(max_steps=110)
+    assert learning_rate_factor(schedule, training, 10, 0.0) == 1.0
+    assert learning_rate_factor(schedule, training, 60, 0.0) == pytest.approx(0.55)
+    assert learning_rate_factor(schedule, training, 110, 0.0) == pytest.approx(0.1)
+    assert learning_rate_factor(schedule, training, 500, 0.0) == pytest.approx(0.1)
 
 
 def test_linear_decay_over_seconds_follows_the_clock():
     schedule = ScheduleSettings(warmup_steps=10, decay="linear", horizon="seconds", final_fraction=0.0)
-    assert learning_rate_factor(schedule, 11, 0, elapsed=0.0, max_seconds=900.0) == 1.0
-    assert learning_rate_factor(schedule, 11, 0, elapsed=450.0, max_seconds=900.0) == pytest.approx(0.5)
-    assert learning_rate_factor(schedule, 11, 0, elapsed=1000.0, max_seconds=900.0) == 0.0
-    assert learning_rate_factor(schedule, 5, 0, elapsed=800.0, max_seconds=900.0) == 0.5  # warmup is in steps
+    training = TrainingSettings(max_seconds=900.0)
+    assert learning_rate_factor(schedule, training, 11, elapsed=0.0) == 1.0
+    assert learning_rate_factor(schedule, training, 11, elapsed=450.0) == pytest.approx(0.5)
+    assert learning_rate_factor(schedule, training, 11, elapsed=1000.0) == 0.0
+    assert learning_rate_factor(schedule, training, 5, elapsed=800.0) == 0.5  # warmup is in steps
 
 
 def test_a_linear_decay_spans_its_horizon_only():
     over_steps = ScheduleSettings(decay="linear", horizon="steps")
     over_seconds = ScheduleSettings(decay="linear", horizon="seconds")
-    assert learning_rate_factor(over_steps, 25, 100, elapsed=150.0, max_seconds=200.0) == pytest.approx(0.75)
-    assert learning_rate_factor(over_seconds, 25, 100, elapsed=150.0, max_seconds=200.0) == pytest.approx(0.25)
-    assert learning_rate_factor(ScheduleSettings(decay="constant"), 75, 100, elapsed=150.0, max_seconds=200.0) == 1.0
+    training = TrainingSettings(max_steps=100, max_seconds=200.0)
+    assert learning_rate_factor(over_steps, training, 25, elapsed=150.0) == pytest.approx(0.75)
+    assert learning_rate_factor(over_seconds, training, 25, elapsed=150.0) == pytest.approx(0.25)
+    assert learning_rate_factor(ScheduleSettings(decay="constant"), training, 75, elapsed=150.0) == 1.0
 
 
 def test_inverse_sqrt_decay_after_warmup():
     schedule = ScheduleSettings(warmup_steps=100, decay="inverse_sqrt")
-    assert learning_rate_factor(schedule, 100, 0) == 1.0
-    assert learning_rate_factor(schedule, 400, 0) == pytest.approx(math.sqrt(100 / 400))
+    training = TrainingSettings(max_epochs=1)
+    assert learning_rate_factor(schedule, training, 100, 0.0) == 1.0
+    assert learning_rate_factor(schedule, training, 400, 0.0) == pytest.approx(math.sqrt(100 / 400))
 
 
 def test_optimizers_follow_the_settings():
