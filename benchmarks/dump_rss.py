@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterator, List, Optional, Sequence, Tuple
 
+from spacy_elmo.cli.dump import usable_as_key
+
 MIB = 1024 * 1024
 MB = 1000 * 1000
 QUARTERS = (0.25, 0.5, 0.75, 1.0)
@@ -74,11 +76,6 @@ def parse_sizes(text: str) -> List[int]:
     if not sizes or min(sizes) < 1:
         raise argparse.ArgumentTypeError(f"--lines wants positive line counts, got {text!r}")
     return sizes
-
-
-def usable_as_key(sentence: str) -> bool:
-    """What dump's --use-sentence-keys accepts as an HDF5 dataset name."""
-    return "/" not in sentence and "\x00" not in sentence and sentence != "."
 
 
 def source_lines(path: Path, use_sentence_keys: bool) -> List[str]:

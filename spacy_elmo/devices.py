@@ -38,7 +38,7 @@ def check_device(setting: str, kinds: DeviceKinds, *, auto: bool = False, name: 
     raise ValueError(f"{name} must be one of {choices}; got {setting!r}")
 
 
-def pick_device(setting: str, kinds: DeviceKinds = TRAINING_DEVICES, *, auto: bool = False, torchrun: bool = False, name: str = "device") -> torch.device:
+def pick_device(setting: str, kinds: DeviceKinds, *, auto: bool = False, torchrun: bool = False, name: str = "device") -> torch.device:
     """The torch device `setting` names, usable here. With `torchrun` (a training process)
     and WORLD_SIZE > 1, "cuda" means this process's LOCAL_RANK GPU, which becomes torch's
     current device, and "cuda:N" is refused (every process would share GPU N)."""

@@ -33,14 +33,14 @@ def test_inference_takes_more_kinds_than_training():
 
 
 def test_cpu_resolves_to_the_cpu():
-    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device("cpu", TRAINING_DEVICES) == torch.device("cpu")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 @pytest.mark.parametrize("setting", ["cuda", "cuda:1"])
 def test_a_gpu_that_is_not_there_is_an_error_naming_the_setting(setting):
     with pytest.raises(ValueError, match=rf"--device = '{setting}' asked for, but torch sees no CUDA device"):
-        pick_device(setting, name="--device")
+        pick_device(setting, TRAINING_DEVICES, name="--device")
 
 
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has an MPS device")

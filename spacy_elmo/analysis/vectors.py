@@ -27,7 +27,7 @@ def elmo_pipeline(model: PathLike, options: Optional[PathLike] = None, **setting
     settings: `elmo` component settings (e.g. mix="top", batch_tokens=8192)."""
     import spacy
 
-    from ..pipeline.component import load_bilm
+    from ..io import load_bilm
 
     nlp = spacy.blank(pipeline_language(model))
     config: Dict[str, Any] = {"weights": str(model), "options": str(options) if options else None}

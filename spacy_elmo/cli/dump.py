@@ -13,9 +13,9 @@ import typer
 from tqdm import tqdm
 
 from ..batching import token_budget_batches
+from ..io import load_bilm
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
-from ..pipeline.component import load_bilm
 from ..pipeline.config import ElmoSettings
 from ..pipeline.threads import apply_num_threads
 from .app import app, clean_errors
@@ -84,6 +84,12 @@ def dump(
     typer.echo(f"{n_lines} sentences, {n_tokens} tokens in {elapsed:.1f} s ({n_tokens / elapsed:.0f} tokens/s) -> {output_file}")
 
 
+def usable_as_key(sentence: str) -> bool:
+    """Whether `sentence` can name an HDF5 dataset, as --use-sentence-keys needs: no '/',
+    no NUL, not a lone '.'."""
+    return "/" not in sentence and "\x00" not in sentence and sentence != "."
+
+
 def scan_input(path: Path, use_sentence_keys: bool) -> Tuple[int, int]:
     """(lines, tokens) of the input; errors on an empty line, or a key HDF5 cannot hold."""
     if not path.is_file():
@@ -96,7 +102,7 @@ def scan_input(path: Path, use_sentence_keys: bool) -> Tuple[int, int]:
             if not sentence:
                 raise ValueError(f"{path} line {number} is empty; every line must hold a sentence")
             if use_sentence_keys:
-                if "/" in sentence or "\x00" in sentence or sentence == ".":
+                if not usable_as_key(sentence):
                     raise ValueError(f"{path} line {number} cannot be an HDF5 key ('/', NUL or a lone '.'): drop --use-sentence-keys")
                 digest = hashlib.blake2b(sentence.encode("utf-8"), digest_size=16).digest()
                 if digest in seen:

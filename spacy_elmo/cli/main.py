@@ -24,7 +24,7 @@ def info(
     options: Optional[Path] = typer.Option(None, help="options.json for a public .hdf5 file"),
 ) -> None:
     """Print a model's configuration."""
-    from ..pipeline.component import load_bilm
+    from ..io import load_bilm
 
     with clean_errors():
         bilm = load_bilm(str(weights), str(options) if options else None)

@@ -26,11 +26,10 @@ from ..io.validate import (
 from ..nn.bilm import BiLM
 from ..training.checkpoint import TORCH_FILE_START, load_checkpoint, load_softmax_and_vocab
 from ..training.config import PretrainConfig, config_from_dict
-from ..training.data import Vocabulary
+from ..training.data import VOCAB_FILE, Vocabulary
 from .app import app
 
 HDF5_FILE_START = b"\x89HDF\r\n\x1a\n"
-VOCAB_FILE = "vocab.txt"
 CHECKPOINT_MODEL = "the checkpoint's [model] config"
 
 

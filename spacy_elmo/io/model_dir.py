@@ -76,7 +76,7 @@ def load_model(path: Union[str, Path]) -> BiLM:
         raise ModelFileError(weights_path, "weight file not found")
     words = None
     if _config_from_header(header, config_path).token_encoder == "words":
-        words = _read_words(path / WORDS_FILE)
+        words = read_words(path / WORDS_FILE)
     return _build(header, weights_path.read_bytes(), words, config_path, weights_path, path / WORDS_FILE)
 
 
@@ -98,7 +98,7 @@ def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
     return _build(header, weights, words, source, source, source)
 
 
-def _read_words(path: Path) -> List[str]:
+def read_words(path: Path) -> List[str]:
     if not path.is_file():
         raise ModelFileError(path, "a word-level biLM needs its vocabulary file, which is missing")
     try:

@@ -66,7 +66,7 @@ def _reorder_gates(array: numpy.ndarray, cell_dim: int) -> numpy.ndarray:
     return numpy.concatenate([blocks[k] for k in GATE_ORDER])
 
 
-def _weight_table(bilm: BiLM) -> Dict[str, _Entry]:
+def weight_table(bilm: BiLM) -> Dict[str, _Entry]:
     """public dataset name -> how it maps onto `bilm` (ValueError for a word-level biLM)."""
     options_from_config(bilm.config)
     encoder = bilm.token_encoder
@@ -114,9 +114,9 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
         handle = h5py.File(path, "r")
     except OSError as err:
         raise ModelFileError(path, f"not a readable HDF5 weight file, it may be truncated or corrupt ({err})") from err
-    table = _weight_table(bilm)
+    table = weight_table(bilm)
     with handle:
-        _check_no_extra_layers(handle, bilm.config, path, options_file)
+        check_no_extra_layers(handle, bilm.config, path, options_file)
         for name, entry in table.items():
             if name not in handle:
                 raise ModelFileError(path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights")
@@ -138,7 +138,7 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
             entry.write(entry.to_torch(stored))
 
 
-def _check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) -> None:
+def check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) -> None:
     extras = [
         f"CNN/W_cnn_{len(config.filters)}",
         f"CNN_high_{config.n_highway}",
@@ -157,7 +157,7 @@ def save_public_weights(bilm: BiLM, weight_file: Union[str, Path]) -> None:
     """Write `bilm` as a public hdf5 weight file that bilm-tf and AllenNLP read."""
     import h5py
 
-    table = _weight_table(bilm)  # first: it refuses what the format cannot hold
+    table = weight_table(bilm)  # first: it refuses what the format cannot hold
     with h5py.File(weight_file, "w") as handle:
         for name, entry in table.items():
             handle.create_dataset(name, data=entry.to_public(entry.read()).astype(numpy.float32))

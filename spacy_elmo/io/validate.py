@@ -20,9 +20,9 @@ from ..nn.config import BiLMConfig
 from ..nn.special_tokens import SPECIAL_TOKENS
 from ..nn.word_encoder import check_words
 from .errors import ModelFileError
-from .model_dir import CONFIG_FILE, WEIGHTS_FILE, WORDS_FILE, _read_words, load_model, load_model_config, read_arrays
+from .model_dir import CONFIG_FILE, WEIGHTS_FILE, WORDS_FILE, load_model, load_model_config, read_arrays, read_words
 from .options import read_options
-from .public_hdf5 import _check_no_extra_layers, _weight_table, load_public_model
+from .public_hdf5 import check_no_extra_layers, load_public_model, weight_table
 
 if TYPE_CHECKING:
     import h5py
@@ -166,7 +166,7 @@ def check_model_dir(path: Path, report: Report) -> Optional[BiLM]:
     if config is not None and arrays is not None:
         report.problems += shape_problems(arrays, expected_shapes(config), weights_path, path / CONFIG_FILE)
     if config is not None and config.token_encoder == "words":
-        words = report.attempt(lambda: _read_words(path / WORDS_FILE))
+        words = report.attempt(lambda: read_words(path / WORDS_FILE))
         if words is not None:
             report.problems += word_problems(words, arrays, path / WORDS_FILE, weights_path)
     return None if report.problems else report.attempt(lambda: load_model(path))
@@ -218,7 +218,7 @@ def _check_public_layout(handle: "h5py.File", datasets: Mapping[str, numpy.ndarr
     or of another shape, and for layers the options do not describe."""
     import h5py
 
-    for name, entry in _weight_table(BiLM(config)).items():
+    for name, entry in weight_table(BiLM(config)).items():
         expected = entry.to_public(entry.read()).shape
         if name not in handle:
             report.problem(weights, f"dataset {name!r} is missing; the options in {options} call for it")
@@ -226,4 +226,4 @@ def _check_public_layout(handle: "h5py.File", datasets: Mapping[str, numpy.ndarr
             report.problem(weights, f"dataset {name!r} has shape {datasets[name].shape}, the options in {options} call for {expected}")
         elif name not in datasets and not (isinstance(handle[name], h5py.Dataset) and handle[name].dtype.kind == "f"):
             report.problem(weights, f"{name!r} is not a floating-point dataset")
-    report.attempt(lambda: _check_no_extra_layers(handle, config, weights, options))
+    report.attempt(lambda: check_no_extra_layers(handle, config, weights, options))

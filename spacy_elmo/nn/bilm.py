@@ -163,7 +163,8 @@ class BiLM(nn.Module):
     ) -> BiLMOutput:
         """input_ids: (batch, time, *id_shape), rows right-padded with 0; lengths: (batch,).
 
-        `state` (stateful mode) is the initial LSTM state per row; zeros when None.
+        `state` (stateful mode) is the initial LSTM state per row; when None, the model's
+        warm state if it has one, else zeros.
         Only real tokens go through the token encoder.
         """
         lengths = self._check_lengths(lengths, input_ids.shape[0], input_ids.shape[1], input_ids.device)

@@ -31,9 +31,13 @@ class FullSoftmax(nn.Module):
     def vocab_size(self) -> int:
         return self.weight.shape[0]
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(n, P) -> (n, vocab) unnormalized scores."""
+        return torch.nn.functional.linear(hidden, self.weight, self.bias)
+
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """(n, P) -> (n, vocab) normalized log-probabilities."""
-        return torch.log_softmax(torch.nn.functional.linear(hidden, self.weight, self.bias), dim=-1)
+        return torch.log_softmax(self.logits(hidden), dim=-1)
 
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """(n, P), (n,) ids -> (n,) negative log-likelihoods. Without autograd, rows go in
@@ -43,8 +47,7 @@ class FullSoftmax(nn.Module):
         return torch.cat([self._nll(h, t) for h, t in zip(hidden.split(EVAL_ROWS), targets.split(EVAL_ROWS))])
 
     def _nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = torch.nn.functional.linear(hidden, self.weight, self.bias)
-        return torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+        return torch.nn.functional.cross_entropy(self.logits(hidden), targets, reduction="none")
 
 
 def log_uniform_probabilities(vocab_size: int) -> torch.Tensor:

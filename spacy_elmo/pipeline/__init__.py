@@ -1,8 +1,9 @@
 """The spaCy side: the `elmo` component, `._.elmo` extensions and similarity hooks."""
 
+from ..io import load_bilm
 from . import architectures, callbacks  # noqa: F401  (register the thinc architectures and training callbacks)
 from .architectures import LearnedMix, learned_mixes
-from .component import ElmoComponent, load_bilm, make_elmo
+from .component import ElmoComponent, make_elmo
 from .extensions import install_extensions
 from .output import ElmoOutput
 from .similarity import set_similarity_hooks

@@ -15,18 +15,14 @@ from thinc.api import Model
 
 from ..batching import token_budget_batches
 from ..io import (
-    ModelFileError,
-    find_model_dir,
+    bilm_config,
+    load_bilm,
     load_model,
-    load_model_config,
-    load_public_model,
     model_from_bytes,
     model_to_bytes,
-    read_options,
     save_model,
 )
 from ..nn.bilm import BiLM
-from ..nn.config import BiLMConfig
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
 from .architectures import has_trained, is_elmo_mix, set_mix_dims
@@ -85,37 +81,6 @@ def make_elmo(
         layer_cache_dir=layer_cache_dir,
     )
     return ElmoComponent(nlp.vocab, name, weights=weights, options=options, settings=settings)
-
-
-def load_bilm(weights: Union[str, Path], options: Optional[Union[str, Path]] = None) -> BiLM:
-    """A model directory, a saved pipeline with an elmo component, or a public hdf5 file
-    with its options.json."""
-    path, options_path = _locate(weights, options)
-    return load_model(path) if options_path is None else load_public_model(options_path, path)
-
-
-def bilm_config(weights: Union[str, Path], options: Optional[Union[str, Path]] = None) -> BiLMConfig:
-    """The configuration of the biLM `load_bilm` would load, without reading its weights."""
-    path, options_path = _locate(weights, options)
-    return load_model_config(path) if options_path is None else read_options(options_path)
-
-
-def _locate(weights: Union[str, Path], options: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
-    """(model directory, None), or (public .hdf5 file, its options.json)."""
-    if not weights:
-        raise ValueError(
-            "the elmo component has no 'weights': give a spacy-elmo model directory, or a public ELMo .hdf5 file together with 'options' (its options.json)"
-        )
-    path = Path(weights)
-    if path.is_dir():
-        if options:
-            raise ValueError(f"'options' is only used with a public .hdf5 file, but 'weights' ({path}) is a directory")
-        return find_model_dir(path), None
-    if not path.exists():
-        raise ModelFileError(path, "weights not found (expected a model directory or a public .hdf5 file)")
-    if not options:
-        raise ValueError(f"'weights' ({path}) is a public ELMo weight file: set 'options' to its options.json")
-    return path, Path(options)
 
 
 class ElmoComponent(Pipe):

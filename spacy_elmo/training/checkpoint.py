@@ -27,15 +27,19 @@ from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union
 import torch
 
 from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, save_model
+from ..io.lm_head import HEAD_FILE
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
 from .config import BatchingSettings
-from .data import DataPosition, Vocabulary
+from .data import VOCAB_FILE, DataPosition, Vocabulary
 
 CHECKPOINT_FORMAT = "spacy-elmo-checkpoint/1"
 TORCH_FILE_START = b"PK\x03\x04"
 """torch.save writes a zip archive."""
-MODEL_DIRS = ("model-best", "model-last")
+CHECKPOINTS_DIR = "checkpoints"
+LAST_CHECKPOINT, BEST_CHECKPOINT = "last.pt", "best.pt"
+MODEL_BEST, MODEL_LAST = "model-best", "model-last"
+MODEL_DIRS = (MODEL_BEST, MODEL_LAST)
 
 
 class WriteError(OSError):
@@ -237,7 +241,7 @@ def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Pat
         os.chmod(staging, 0o755)
         save_model(objective.bilm, staging)
         save_lm_head(objective.head.weight, objective.head.bias, staging)
-        vocab.to_file(staging / "vocab.txt")
+        vocab.to_file(staging / VOCAB_FILE)
         (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
         _swap_in(staging, model_dir)
     finally:
@@ -270,7 +274,7 @@ def remove_staging_leftovers(output_dir: Path) -> None:
         shutil.rmtree(retired, ignore_errors=True)
         for staging in output_dir.glob(name + ".new-*"):
             shutil.rmtree(staging, ignore_errors=True)
-    for staging in [*output_dir.glob("checkpoints/last.pt.*"), *output_dir.glob("checkpoints/best.pt.*")]:
+    for staging in [*output_dir.glob(f"{CHECKPOINTS_DIR}/{name}.*") for name in (LAST_CHECKPOINT, BEST_CHECKPOINT)]:
         staging.unlink()
 
 
@@ -287,10 +291,10 @@ def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Voca
 def load_softmax_and_vocab(model_dir: Path, dim: int) -> Tuple[torch.Tensor, torch.Tensor, Vocabulary]:
     """A pretraining model directory's softmax weight (vocab, dim), bias and vocabulary."""
     weight, bias = load_lm_head(model_dir)
-    vocab = Vocabulary.from_file(model_dir / "vocab.txt")
+    vocab = Vocabulary.from_file(model_dir / VOCAB_FILE)
     if weight.shape != (len(vocab), dim):
         raise ModelFileError(
-            model_dir / "softmax.npz", f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {dim}) for vocab.txt and the biLM"
+            model_dir / HEAD_FILE, f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {dim}) for vocab.txt and the biLM"
         )
     return weight, bias, vocab
 
@@ -300,7 +304,7 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
     of `source`, a pretraining model directory; returns how many rows were copied (0 when
     `source` keeps no softmax, as a pipeline or public weights do)."""
     source = Path(source)
-    if not source.is_dir() or not (source / "softmax.npz").is_file() or not (source / "vocab.txt").is_file():
+    if not source.is_dir() or not (source / HEAD_FILE).is_file() or not (source / VOCAB_FILE).is_file():
         return 0
     weight, bias, old = load_softmax_and_vocab(source, head.weight.shape[1])
     pairs = [(new, old.index[token]) for new, token in enumerate(vocab.tokens) if token in old.index]

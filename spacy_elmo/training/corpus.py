@@ -33,6 +33,7 @@ from spacy.language import Language
 from spacy.tokens import DocBin
 
 from ..nn.special_tokens import SPECIAL_TOKENS
+from .data import VOCAB_FILE, Vocabulary
 
 MAX_DOCUMENT_CHARS = 10_000_000
 """Documents are cut to this many characters before tokenizing (the default of `max_document_chars`)."""
@@ -271,8 +272,6 @@ def prepare_corpus(
     if vocab_path is not None:
         if min_count != 1 or max_vocab:
             raise ValueError("min_count and max_vocab build a vocabulary: leave them out with a given vocabulary")
-        from .data import Vocabulary  # data.py imports this module
-
         given_vocab = Vocabulary.from_file(vocab_path).tokens
     stats = CorpusStats()
     nlp = sentence_pipeline(lang)
@@ -298,7 +297,7 @@ def prepare_corpus(
     output_dir = Path(output_dir)
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
     vocab = given_vocab if given_vocab is not None else build_vocab(train, min_count, max_vocab)
-    (output_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
     stats = dataclasses.replace(
         stats,
         tokens=sum(len(line.split(" ")) for line in train),

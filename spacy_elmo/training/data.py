@@ -15,6 +15,9 @@ from ..batching import token_budget_batches
 from ..nn.bilm import BiLM
 from ..nn.special_tokens import SPECIAL_TOKENS, UNK_ID
 
+VOCAB_FILE = "vocab.txt"
+"""The vocabulary's file name, in a corpus folder and in a trained model's folder."""
+
 Sentence = List[str]
 
 

@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from .checkpoint import WriteError
+from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, WriteError
 
-CONFIG_FILE = "pretrain.cfg"
+PRETRAIN_CONFIG_FILE = "pretrain.cfg"
 METRICS_FILE = "metrics.jsonl"
-OUTPUTS = ("checkpoints", "model-best", "model-last", METRICS_FILE, CONFIG_FILE)
+OUTPUTS = (CHECKPOINTS_DIR, *MODEL_DIRS, METRICS_FILE, PRETRAIN_CONFIG_FILE)
 
 
 def holds_training(output_dir: Path) -> bool:

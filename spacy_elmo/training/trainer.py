@@ -29,13 +29,18 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..devices import TRAINING_DEVICES, pick_device
-from ..io import find_model_dir, load_model, load_public_model
+from ..io import find_model_dir, load_bilm, load_model, load_public_model
 from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
 from ..nn.precision import bf16_is_fast
 from ..nn.softmax import FullSoftmax, SampledSoftmax
 from ..nn.warm_state import without_warm_state
 from .checkpoint import (
+    BEST_CHECKPOINT,
+    CHECKPOINTS_DIR,
+    LAST_CHECKPOINT,
+    MODEL_BEST,
+    MODEL_LAST,
     Progress,
     ThroughputWindow,
     WriteError,
@@ -46,7 +51,7 @@ from .checkpoint import (
     save_trained_model,
 )
 from .config import PathsSettings, PretrainConfig
-from .data import BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
+from .data import VOCAB_FILE, BatchStream, Sentence, Vocabulary, read_sentences, to_tensors, train_shards
 from .distributed import (
     agree_on_budget,
     barrier,
@@ -59,7 +64,7 @@ from .distributed import (
 )
 from .nonfinite import NonFiniteTraining, agree_on_step
 from .optim import learning_rate_factor, make_optimizer
-from .outputs import CONFIG_FILE, append_metrics, clear_training, truncate_metrics
+from .outputs import PRETRAIN_CONFIG_FILE, append_metrics, clear_training, truncate_metrics
 from .perplexity import NLLSums, Perplexity, nll_sums, perplexity_of
 from .signals import StopRequest, TrainingInterrupted
 from .start import StartMode, StartPlan, find_training, plan_start
@@ -70,13 +75,7 @@ logger = logging.getLogger(__name__)
 def load_init_bilm(paths: PathsSettings) -> BiLM:
     """The biLM of `paths.init_from`: a model directory, a pipeline, or public weights."""
     assert paths.init_from is not None
-    source = Path(paths.init_from)
-    if source.suffix in (".hdf5", ".h5"):
-        if paths.init_options is None:
-            raise ValueError("paths.init_from is a public .hdf5 file: set paths.init_options to its options.json")
-        bilm = load_public_model(paths.init_options, source)
-    else:
-        bilm = load_model(find_model_dir(source))
+    bilm = load_bilm(paths.init_from, paths.init_options, names=("paths.init_from", "paths.init_options"))
     return without_warm_state(bilm).train()  # a warm state is for inference only
 
 
@@ -94,9 +93,33 @@ class Trainer:
     """One process's share of a (possibly data-parallel) pretraining run."""
 
     def __init__(self, config: PretrainConfig, output_dir: Union[str, Path], mode: StartMode = StartMode.NEW, progress_bar: bool = True) -> None:
-        settings = config.training
         self.output_dir = Path(output_dir)
-        self.checkpoints = self.output_dir / "checkpoints"
+        self.checkpoints = self.output_dir / CHECKPOINTS_DIR
+        self._set_up_process(config)
+        shards = self._read_corpus(config)
+        plan = plan_start(config, mode, find_training(self.output_dir, mode), self.corpus, self.process.world_size)
+        self._prepare_folder(plan)
+        self.config, self.objective = self._build_objective(plan)
+        settings = self.config.training
+        self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.config.optimizer, self.parameters)
+        torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process
+        self.progress = Progress()
+        if plan.checkpoint is not None:
+            self._restore(plan.checkpoint)
+        self.model = data_parallel(self.objective, self.process)  # collective (DDP checks every process's parameters)
+        batching = self.config.batching
+        self.stream = BatchStream(shards, batching.tokens_per_batch, batching.max_sentence_tokens, batching.bucket_batches, settings.seed, self.progress.position)
+        self.show_progress = progress_bar and self.process.is_main
+        self._checkpointed_step = self.progress.step if plan.checkpoint is not None else -1
+        barrier(self.process)  # collective: the folder is cleared before rank 0 writes into it
+        if self.process.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            Config(self.config.to_dict()).to_disk(self.output_dir / PRETRAIN_CONFIG_FILE)
+
+    def _set_up_process(self, config: PretrainConfig) -> None:
+        """This process's device, process group, torch threads and precision."""
+        settings = config.training
         self.device = pick_device(settings.device, TRAINING_DEVICES, auto=True, torchrun=True, name="training.device")
         self.process = start_process(self.device)
         if settings.num_threads:
@@ -104,16 +127,23 @@ class Trainer:
         self.autocast = settings.mixed_precision and bf16_is_fast(self.device)
         if settings.mixed_precision and not self.autocast:
             logger.warning("training.mixed_precision: %s has no native bfloat16 (GPU, or CPU with AVX512-BF16 or AMX); training in fp32", self.device)
+
+    def _read_corpus(self, config: PretrainConfig) -> List[Path]:
+        """Read the vocabulary, the corpus fingerprint and the dev sentences; the training
+        shards, which the batch stream reads as it goes."""
         corpus = Path(config.paths.corpus)
-        self.vocab = Vocabulary.from_file(corpus / "vocab.txt")
+        self.vocab = Vocabulary.from_file(corpus / VOCAB_FILE)
         shards = train_shards(corpus)
-        self.corpus = corpus_fingerprint(corpus / "vocab.txt", shards)
+        self.corpus = corpus_fingerprint(corpus / VOCAB_FILE, shards)
         dev_path = corpus / "dev.txt"
         self.dev = read_sentences(dev_path, config.batching.max_sentence_tokens) if dev_path.is_file() else []
         if not self.dev:
             logger.warning("%s is empty or missing: no dev perplexity, model-best/ will be the last model", dev_path)
+        return shards
 
-        plan = plan_start(config, mode, find_training(self.output_dir, mode), self.corpus, self.process.world_size)
+    def _prepare_folder(self, plan: StartPlan) -> None:
+        """Say how the run starts; rank 0 clears the folder of a replaced training, or the
+        staging leftovers of a resumed one (collective)."""
         if plan.discarded:
             logger.warning("starting afresh in %s: %s", self.output_dir, plan.discarded)
         elif plan.checkpoint is not None:
@@ -124,29 +154,6 @@ class Trainer:
                 clear_training(self.output_dir)
             elif plan.checkpoint is not None:
                 remove_staging_leftovers(self.output_dir)
-
-        self.config, self.objective = self._build_objective(plan)
-        self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(self.config.optimizer, self.parameters)
-        torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process
-        self.progress = Progress()
-        if plan.checkpoint is not None:
-            self._restore(plan.checkpoint)
-        self.model = data_parallel(self.objective, self.process)  # collective (DDP checks every process's parameters)
-        self.stream = BatchStream(
-            shards,
-            self.config.batching.tokens_per_batch,
-            self.config.batching.max_sentence_tokens,
-            self.config.batching.bucket_batches,
-            settings.seed,
-            self.progress.position,
-        )
-        self.show_progress = progress_bar and self.process.is_main
-        self._checkpointed_step = self.progress.step if plan.checkpoint is not None else -1
-        barrier(self.process)  # collective: the folder is cleared before rank 0 writes into it
-        if self.process.is_main:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            Config(self.config.to_dict()).to_disk(self.output_dir / CONFIG_FILE)
 
     def _build_objective(self, plan: StartPlan) -> Tuple[PretrainConfig, BiLMObjective]:
         """(the config the run trains with, its objective on this process's device). The
@@ -189,7 +196,7 @@ class Trainer:
                 while True:
                     spent, interrupted, elapsed = self._should_stop(time.perf_counter() - run_start, stop.requested)  # collective
                     if interrupted:
-                        self._checkpoint("last.pt")  # collective
+                        self._checkpoint(LAST_CHECKPOINT)  # collective
                         raise TrainingInterrupted
                     if spent:
                         break
@@ -204,11 +211,11 @@ class Trainer:
                     bar.update(1)
                     self._after_step(bar)  # collective
             if self.progress.evaluated_step != self.progress.step and self._evaluate_and_keep_best(bar):  # collective
-                self._checkpoint("best.pt")  # collective
+                self._checkpoint(BEST_CHECKPOINT)  # collective
             if self._checkpointed_step != self.progress.step:
-                self._checkpoint("last.pt")  # collective
+                self._checkpoint(LAST_CHECKPOINT)  # collective
             if not self.dev and self.process.is_main:
-                self._save_model("model-best", {})
+                self._save_model(MODEL_BEST, {})
             barrier(self.process)  # collective: no process tears the group down while another still works
         except WriteError as err:
             raise WriteError(err.path, err.cause, f"the run stopped; {self._last_checkpoint()}") from err.cause
@@ -244,7 +251,7 @@ class Trainer:
         """Where the last good state on disk is, for the message of a stopped run."""
         if self._checkpointed_step < 0:
             return "no checkpoint was written yet"
-        return f"the last good checkpoint is {self.checkpoints / 'last.pt'} (step {self._checkpointed_step}): continue from it with --resume"
+        return f"the last good checkpoint is {self.checkpoints / LAST_CHECKPOINT} (step {self._checkpointed_step}): continue from it with --resume"
 
     def _after_step(self, bar: tqdm) -> None:
         settings, step = self.config.training, self.progress.step
@@ -267,9 +274,9 @@ class Trainer:
             bar.set_postfix(loss=f"{loss:.3f}", ppl=f"{record['train_perplexity']:.1f}", tok_s=f"{record['tokens_per_second']:.0f}")
             self.progress.window = ThroughputWindow()
         if step % settings.eval_every == 0 and self._evaluate_and_keep_best(bar):  # collective
-            self._checkpoint("best.pt")  # collective
+            self._checkpoint(BEST_CHECKPOINT)  # collective
         if step % settings.checkpoint_every == 0:
-            self._checkpoint("last.pt")  # collective
+            self._checkpoint(LAST_CHECKPOINT)  # collective
 
     def _should_stop(self, elapsed: float, interrupted: bool) -> Tuple[bool, bool, float]:
         """(budget spent, interrupted, elapsed seconds), agreed by all processes."""
@@ -304,8 +311,7 @@ class Trainer:
             return None
         if self.config.training.grad_clip:
             torch.nn.utils.clip_grad_norm_(self.parameters, self.config.training.grad_clip)
-        training = self.config.training
-        factor = learning_rate_factor(self.config.schedule, self.progress.step + 1, training.max_steps, elapsed, training.max_seconds)
+        factor = learning_rate_factor(self.config.schedule, self.config.training, self.progress.step + 1, elapsed)
         for group in self.optimizer.param_groups:
             group["lr"] = self.config.optimizer.learning_rate * factor
         self.optimizer.step()
@@ -336,7 +342,7 @@ class Trainer:
             self._log({"step": self.progress.step, **result.as_dict("dev_")})
             bar.write(f"step {self.progress.step}: dev perplexity {result.mean:.2f} (forward {result.forward:.2f}, backward {result.backward:.2f})")
             if improved:
-                self._save_model("model-best", result.as_dict("dev_"))
+                self._save_model(MODEL_BEST, result.as_dict("dev_"))
         return improved
 
     def _checkpoint(self, name: str) -> None:
@@ -345,10 +351,10 @@ class Trainer:
         rng = gather_rng_states(self.process)
         if self.process.is_main:
             save_checkpoint(self.checkpoints / name, self.objective, self.optimizer, self.progress, rng, self.config.to_dict(), self.corpus)
-        if name == "last.pt":
+        if name == LAST_CHECKPOINT:
             self._checkpointed_step = self.progress.step
             if self.process.is_main:
-                self._save_model("model-last", {})
+                self._save_model(MODEL_LAST, {})
         barrier(self.process)
 
     def _save_model(self, name: str, scores: Dict[str, float]) -> None:
