@@ -155,8 +155,15 @@ def test_init_from_public_weights(toy_corpus, tmp_path):
     trained = load_model(tmp_path / "out" / "model-last")
     assert trained.config.lstm_dim != 16  # the shape came from the public model, not [model]
     missing_options = with_overrides(toy_corpus, {"paths.init_from": str(public / "lm_weights.hdf5")}, max_steps=2)
-    with pytest.raises(ValueError, match="init_options"):
+    with pytest.raises(ValueError, match="set 'paths.init_options' to its options.json"):
         pretrain(missing_options, tmp_path / "other", progress_bar=False)
+    needless_options = with_overrides(
+        toy_corpus,
+        {"paths.init_from": str(tmp_path / "out" / "model-last"), "paths.init_options": str(public / "options.json")},
+        max_steps=2,
+    )
+    with pytest.raises(ValueError, match="'paths.init_options' is only used with a public .hdf5 file"):
+        pretrain(needless_options, tmp_path / "other", progress_bar=False)
 
 
 def test_a_linear_decay_over_seconds_lowers_the_rate_with_the_clock(toy_corpus, tmp_path):
