@@ -274,8 +274,9 @@ def remove_staging_leftovers(output_dir: Path) -> None:
         shutil.rmtree(retired, ignore_errors=True)
         for staging in output_dir.glob(name + ".new-*"):
             shutil.rmtree(staging, ignore_errors=True)
-    for staging in [*output_dir.glob(f"{CHECKPOINTS_DIR}/{name}.*") for name in (LAST_CHECKPOINT, BEST_CHECKPOINT)]:
-        staging.unlink()
+    for name in (LAST_CHECKPOINT, BEST_CHECKPOINT):
+        for staging in output_dir.glob(f"{CHECKPOINTS_DIR}/{name}.*"):
+            staging.unlink()
 
 
 def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Vocabulary]:
