@@ -13,6 +13,7 @@ that fails part-way (a full disk, a permission error) leaves the previous versio
 and is reported as a `WriteError` naming the path and the cause; the staging files of a
 failed write are removed, those of a killed process by `remove_staging_leftovers`.
 """
+
 import dataclasses
 import hashlib
 import json
@@ -106,7 +107,13 @@ class Progress:
         window = data.pop("window")
         if isinstance(window, list):  # checkpoints of earlier versions: [loss_sum, predictions, tokens, seconds]
             loss_sum, predictions, tokens, seconds = window
-            window = {"loss_sum": loss_sum, "predictions": int(predictions), "tokens": int(tokens), "seconds": seconds, "skipped": data.pop("window_skipped", 0)}
+            window = {
+                "loss_sum": loss_sum,
+                "predictions": int(predictions),
+                "tokens": int(tokens),
+                "seconds": seconds,
+                "skipped": data.pop("window_skipped", 0),
+            }
         return cls(**{**data, "position": DataPosition(*data["position"]), "window": ThroughputWindow(**window)})
 
 
@@ -223,9 +230,7 @@ def _first_sentence(err: Exception) -> str:
     return text.split(". ")[0]
 
 
-def save_trained_model(
-    objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]
-) -> None:
+def save_trained_model(objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]) -> None:
     """Write the model directory next to its final place, then swap it in; a failed write
     leaves the previous one intact."""
     try:
@@ -294,9 +299,7 @@ def load_softmax_and_vocab(model_dir: Path, dim: int) -> Tuple[torch.Tensor, tor
     weight, bias = load_lm_head(model_dir)
     vocab = Vocabulary.from_file(model_dir / VOCAB_FILE)
     if weight.shape != (len(vocab), dim):
-        raise ModelFileError(
-            model_dir / HEAD_FILE, f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {dim}) for vocab.txt and the biLM"
-        )
+        raise ModelFileError(model_dir / HEAD_FILE, f"softmax is {tuple(weight.shape)}, expected ({len(vocab)}, {dim}) for vocab.txt and the biLM")
     return weight, bias, vocab
 
 

@@ -15,6 +15,7 @@ cut (spaCy's tokenizer takes time quadratic in the affixes of one run: 20 s for 
 brackets), and documents left empty are dropped. An input that leaves no
 training sentence is an error naming it.
 """
+
 import codecs
 import dataclasses
 import hashlib
@@ -291,8 +292,7 @@ def prepare_corpus(
     train, dev, test = _split(unique, dev_fraction, test_fraction)
     if not train:
         raise ValueError(
-            f"{input_path}: nothing to train on, all {len(unique)} sentences go to dev and test: "
-            "lower dev_fraction and test_fraction or give more text"
+            f"{input_path}: nothing to train on, all {len(unique)} sentences go to dev and test: lower dev_fraction and test_fraction or give more text"
         )
     output_dir = Path(output_dir)
     _write_splits(output_dir, train, dev, test, sentences_per_shard)

@@ -5,6 +5,7 @@ A batch is a list of sentences whose padded size (rows x longest row) stays with
 token budget. The batches of a shard depend only on the seed, the epoch and the shard, so
 a run resumed at a `DataPosition` sees exactly the batches the uninterrupted run saw.
 """
+
 from pathlib import Path
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -74,9 +75,7 @@ def train_shards(corpus_dir: Union[str, Path]) -> List[Path]:
     return shards
 
 
-def bucketed_batches(
-    sentences: Sequence[Sentence], tokens_per_batch: int, bucket_batches: int, generator: torch.Generator
-) -> List[List[Sentence]]:
+def bucketed_batches(sentences: Sequence[Sentence], tokens_per_batch: int, bucket_batches: int, generator: torch.Generator) -> List[List[Sentence]]:
     """Shuffle, sort by length within chunks of about `bucket_batches` batches' worth of
     tokens, cut into budget batches, and shuffle the batches."""
     order = torch.randperm(len(sentences), generator=generator).tolist()

@@ -7,6 +7,7 @@ step on the whole global batch (exactly so with dropout off and the full softmax
 otherwise each process draws its own masks and negatives). gloo on CPU, nccl on GPU;
 only rank 0 writes files.
 """
+
 import datetime
 import os
 from typing import List, NamedTuple, Tuple
@@ -14,7 +15,6 @@ from typing import List, NamedTuple, Tuple
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-
 
 COLLECTIVE_TIMEOUT = datetime.timedelta(hours=1)
 """How long a process waits for the others (rank 0 may be writing a large checkpoint)."""

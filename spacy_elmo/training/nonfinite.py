@@ -8,6 +8,7 @@ non-finite loss need not reach the gradients (an infinite NLL whose gradient is 
 each process's loss and gradient verdict go through the all-reduce that sums the loss
 anyway: every process reaches the same decision, with no extra collective.
 """
+
 import math
 from typing import Iterable, List, Tuple
 

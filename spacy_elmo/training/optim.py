@@ -1,4 +1,5 @@
 """Optimizer and learning-rate schedule of pretraining."""
+
 import math
 from typing import Iterable
 

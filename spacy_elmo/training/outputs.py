@@ -1,9 +1,9 @@
 """What a training writes into its output folder, besides checkpoints and models.
 
-    pretrain.cfg            the validated config this training runs
-    metrics.jsonl           one JSON object per log interval and per evaluation
-    checkpoints/            last.pt and best.pt (see `checkpoint`)
-    model-last/, model-best/  model directories the `elmo` component loads
+pretrain.cfg            the validated config this training runs
+metrics.jsonl           one JSON object per log interval and per evaluation
+checkpoints/            last.pt and best.pt (see `checkpoint`)
+model-last/, model-best/  model directories the `elmo` component loads
 """
 
 import json

@@ -1,11 +1,12 @@
 """Exact (fully normalized) perplexity of a biLM over tokenized sentences."""
+
 import math
 from typing import Dict, NamedTuple, Sequence
 
 import torch
 
-from ..nn.objective import BiLMObjective
 from ..batching import token_budget_batches
+from ..nn.objective import BiLMObjective
 from .data import Sentence, Vocabulary, to_tensors
 
 

@@ -18,6 +18,7 @@ After `training.max_bad_steps` skipped steps in a row the run stops with
 `NonFiniteTraining`, writing no checkpoint. A failed write stops the run with a
 `WriteError` naming the file, the cause and the checkpoint to resume from.
 """
+
 import dataclasses
 import logging
 import time
@@ -29,7 +30,7 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..devices import TRAINING_DEVICES, pick_device
-from ..io import find_model_dir, load_bilm, load_model, load_public_model
+from ..io import load_bilm
 from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
 from ..nn.precision import bf16_is_fast
@@ -55,10 +56,10 @@ from .data import VOCAB_FILE, BatchStream, Sentence, Vocabulary, read_sentences,
 from .distributed import (
     agree_on_budget,
     barrier,
+    data_parallel,
     gather_rng_states,
     set_rng_states,
     start_process,
-    data_parallel,
     stop_process,
     sum_values,
 )
@@ -109,7 +110,9 @@ class Trainer:
             self._restore(plan.checkpoint)
         self.model = data_parallel(self.objective, self.process)  # collective (DDP checks every process's parameters)
         batching = self.config.batching
-        self.stream = BatchStream(shards, batching.tokens_per_batch, batching.max_sentence_tokens, batching.bucket_batches, settings.seed, self.progress.position)
+        self.stream = BatchStream(
+            shards, batching.tokens_per_batch, batching.max_sentence_tokens, batching.bucket_batches, settings.seed, self.progress.position
+        )
         self.show_progress = progress_bar and self.process.is_main
         self._checkpointed_step = self.progress.step if plan.checkpoint is not None else -1
         barrier(self.process)  # collective: the folder is cleared before rank 0 writes into it
@@ -237,7 +240,12 @@ class Trainer:
         progress.skipped_steps += 1
         progress.window.skipped += 1
         progress.bad_streak += 1
-        logger.warning("a step after step %d had a non-finite loss or gradient: skipped (%d in a row, %d in all)", progress.step, progress.bad_streak, progress.skipped_steps)
+        logger.warning(
+            "a step after step %d had a non-finite loss or gradient: skipped (%d in a row, %d in all)",
+            progress.step,
+            progress.bad_streak,
+            progress.skipped_steps,
+        )
         if progress.bad_streak < limit:
             return
         message = (

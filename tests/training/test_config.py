@@ -1,4 +1,5 @@
 """The pretraining config: the shipped ones load, mistakes fail at load time with the key named."""
+
 import re
 
 import pytest
@@ -41,14 +42,14 @@ def test_a_misspelt_key_in_each_section_is_named(section):
 
 @pytest.mark.parametrize("section", sorted(SECTION_MISTAKES))
 def test_a_mistyped_value_in_each_section_is_named(section):
-    (key, value), = SECTION_MISTAKES[section][1].items()
+    ((key, value),) = SECTION_MISTAKES[section][1].items()
     with pytest.raises(ValueError, match=rf"pretrain-demo.cfg: \[{section}\] {key.split('.')[1]} = {re.escape(repr(value))}: Input should be a valid"):
         load_config(DEMO_PRETRAIN_CONFIG, {key: value})
 
 
 @pytest.mark.parametrize("section", sorted(s for s, mistakes in SECTION_MISTAKES.items() if mistakes[2]))
 def test_an_out_of_range_value_in_each_section_is_named(section):
-    (key, value), = SECTION_MISTAKES[section][2].items()
+    ((key, value),) = SECTION_MISTAKES[section][2].items()
     with pytest.raises(ValueError, match=rf"pretrain-demo.cfg: \[{section}\] .*{key.split('.')[1]}"):
         load_config(DEMO_PRETRAIN_CONFIG, {key: value})
 
@@ -101,7 +102,15 @@ def test_sections_built_in_code_are_validated_too():
 
 def test_resumable_keys_are_the_budget_machine_reporting_and_tolerance():
     assert set(resumable_keys()) == {
-        "max_steps", "max_seconds", "max_epochs", "device", "num_threads", "log_every", "eval_every", "checkpoint_every", "max_bad_steps"
+        "max_steps",
+        "max_seconds",
+        "max_epochs",
+        "device",
+        "num_threads",
+        "log_every",
+        "eval_every",
+        "checkpoint_every",
+        "max_bad_steps",
     }
 
 
@@ -124,8 +133,7 @@ def test_every_shipped_cpu_config_trains_a_step_at_its_own_shape(name, toy_corpu
     from spacy_elmo.training.trainer import pretrain
 
     # one step stops the run first; each config keeps its own max_seconds (a decay's horizon)
-    overrides = {"paths.corpus": str(toy_corpus), "training.max_steps": 1, "training.max_epochs": 0,
-                 "training.eval_every": 1, "training.num_threads": 1}
+    overrides = {"paths.corpus": str(toy_corpus), "training.max_steps": 1, "training.max_epochs": 0, "training.eval_every": 1, "training.num_threads": 1}
     config = load_config(REPO / "configs" / name, overrides)
     done = pretrain(config, tmp_path / "out", progress_bar=False)
     assert done.step == 1 and done.best_dev_perplexity is not None

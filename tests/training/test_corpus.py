@@ -1,10 +1,11 @@
 """Corpus preparation: deterministic, and sane on empty lines, bad bytes, long lines, duplicates."""
+
 import json
 
 import pytest
+import spacy
 import srsly
 from spacy.tokens import DocBin
-import spacy
 
 from spacy_elmo.nn.special_tokens import SPECIAL_TOKENS
 from spacy_elmo.training.corpus import build_vocab, prepare_corpus
@@ -35,8 +36,12 @@ def test_preparation_is_deterministic_and_splits_cover_every_sentence_once(tmp_p
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     train, dev, test = read_output(tmp_path / "a")
     expected = {
-        "The bank of the river was steep .", "We sat on it .", "She took cash from the bank .",
-        "The bank was closed !", "Dogs bark .", "Trees have bark too .",
+        "The bank of the river was steep .",
+        "We sat on it .",
+        "She took cash from the bank .",
+        "The bank was closed !",
+        "Dogs bark .",
+        "Trees have bark too .",
     }
     assert sorted(train + dev + test) == sorted(expected)
     assert len(dev) == len(test) == 1

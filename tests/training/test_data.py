@@ -1,4 +1,5 @@
 """Training batches: within budget, every sentence once per epoch, reproducible from any position."""
+
 import itertools
 
 import pytest

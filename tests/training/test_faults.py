@@ -1,5 +1,6 @@
 """Pretraining under faults: non-finite steps never reach the weights, a failed write
 keeps the previous checkpoint and model, a damaged checkpoint is a clear error."""
+
 import copy
 import errno
 import json
@@ -271,8 +272,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one_and_resume_ends_as_one
     monkeypatch.undo()
     message = str(caught.value)
     assert message == (
-        f"{last}: could not be written (No space left on device); the run stopped; "
-        f"the last good checkpoint is {last} (step 4): continue from it with --resume"
+        f"{last}: could not be written (No space left on device); the run stopped; the last good checkpoint is {last} (step 4): continue from it with --resume"
     )
     assert isinstance(caught.value, OSError) and caught.value.errno == errno.ENOSPC
     assert last.read_bytes() == intact and load_checkpoint(last)["progress"]["step"] == 4

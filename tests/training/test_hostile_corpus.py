@@ -1,4 +1,5 @@
 """Corpus preparation on hostile input: it cleans, cuts and counts, and never crashes."""
+
 import json
 import random
 import re

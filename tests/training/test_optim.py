@@ -1,4 +1,5 @@
 """Learning-rate schedules and optimizer choice."""
+
 import math
 
 import pytest

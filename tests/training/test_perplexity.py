@@ -1,4 +1,5 @@
 """Perplexity from NLL sums: exact, and finite (JSON-safe) for a diverged model."""
+
 import json
 import math
 

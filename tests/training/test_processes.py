@@ -1,5 +1,6 @@
 """Pretraining across processes: a SIGKILLed or Ctrl-C'd run resumes exactly, also under
 torchrun, and a 2-process torchrun run takes the same steps as a single process."""
+
 import json
 import os
 import random
@@ -45,7 +46,12 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_weights(toy_corpus
     assert straight.returncode == 0, straight.stderr
 
     killed_dir = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(killed_dir), "--no-progress"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spacy_elmo", "pretrain", str(config), str(killed_dir), "--no-progress"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while last_logged_step(killed_dir) < 15 and time.time() < deadline and process.poll() is None:
         time.sleep(0.005)
@@ -151,7 +157,15 @@ def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_and_resumes(toy_c
     config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, {}, max_steps=60, dropout=0.0, eval_every=50, checkpoint_every=50)
     pretrain(load_config(config), tmp_path / "single", progress_bar=False)
     stopped_dir = tmp_path / "stopped"
-    process = subprocess.Popen(torchrun("pretrain", config, stopped_dir, "--no-progress"), cwd=REPO, env=ONE_THREAD, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        torchrun("pretrain", config, stopped_dir, "--no-progress"),
+        cwd=REPO,
+        env=ONE_THREAD,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while last_logged_step(stopped_dir) < 8 and time.time() < deadline and process.poll() is None:
         time.sleep(0.005)
@@ -161,7 +175,9 @@ def test_ctrl_c_under_torchrun_stops_every_process_at_one_step_and_resumes(toy_c
     assert "--resume" in stderr, stderr[-10000:]
     stopped_at = torch.load(stopped_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]["step"]
     assert 8 <= stopped_at < 50, stderr[-10000:]  # the interruption's checkpoint, not a periodic one
-    resumed = subprocess.run(torchrun("pretrain", config, stopped_dir, "--no-progress", "--resume"), cwd=REPO, capture_output=True, text=True, env=ONE_THREAD, timeout=300)
+    resumed = subprocess.run(
+        torchrun("pretrain", config, stopped_dir, "--no-progress", "--resume"), cwd=REPO, capture_output=True, text=True, env=ONE_THREAD, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr[-10000:]
     assert [r["step"] for r in metric_records(stopped_dir) if "loss" in r] == [r["step"] for r in metric_records(tmp_path / "single") if "loss" in r]
     expected, actual = saved_weights(tmp_path / "single" / "model-last"), saved_weights(stopped_dir / "model-last")

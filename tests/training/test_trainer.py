@@ -1,4 +1,5 @@
 """The pretraining loop: it learns, reports exact perplexity, checkpoints and resumes exactly."""
+
 import json
 import math
 import os
@@ -11,8 +12,8 @@ import torch
 
 from elmo_testing import DEMO_PRETRAIN_CONFIG, golden_dir, metric_records, saved_weights, tiny_pretrain_overrides
 from spacy_elmo.io import ModelFileError, load_model
-from spacy_elmo.nn.special_tokens import BOS_ID, EOS_ID
 from spacy_elmo.nn.precision import bf16_is_fast
+from spacy_elmo.nn.special_tokens import BOS_ID, EOS_ID
 from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.data import BatchStream, read_sentences, to_tensors, train_shards
@@ -26,8 +27,6 @@ def config_for(corpus, **training):
 
 def with_overrides(corpus, extra, **training):
     return load_config(DEMO_PRETRAIN_CONFIG, {**tiny_pretrain_overrides(corpus, **training), **extra})
-
-
 
 
 def test_a_tiny_model_trains_and_its_dev_perplexity_falls(toy_corpus, tmp_path):
