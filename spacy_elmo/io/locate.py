@@ -12,9 +12,11 @@ from .options import read_options
 from .public_hdf5 import load_public_model
 
 PathLike = Union[str, Path]
+COMPONENT_SETTINGS = ("weights", "options")
+"""How errors call the weights and the options unless the caller names its own settings."""
 
 
-def load_bilm(weights: PathLike, options: Optional[PathLike] = None, names: Tuple[str, str] = ("weights", "options")) -> BiLM:
+def load_bilm(weights: PathLike, options: Optional[PathLike] = None, names: Tuple[str, str] = COMPONENT_SETTINGS) -> BiLM:
     """The biLM at `weights`: a model directory, a saved pipeline with an elmo component,
     or a public hdf5 file with its options.json. `names` are the two settings as errors
     call them."""
@@ -22,13 +24,13 @@ def load_bilm(weights: PathLike, options: Optional[PathLike] = None, names: Tupl
     return load_model(path) if options_path is None else load_public_model(options_path, path)
 
 
-def bilm_config(weights: PathLike, options: Optional[PathLike] = None, names: Tuple[str, str] = ("weights", "options")) -> BiLMConfig:
+def bilm_config(weights: PathLike, options: Optional[PathLike] = None, names: Tuple[str, str] = COMPONENT_SETTINGS) -> BiLMConfig:
     """The configuration of the biLM `load_bilm` would load, without reading its weights."""
     path, options_path = locate_bilm(weights, options, names)
     return load_model_config(path) if options_path is None else read_options(options_path)
 
 
-def locate_bilm(weights: PathLike, options: Optional[PathLike], names: Tuple[str, str] = ("weights", "options")) -> Tuple[Path, Optional[Path]]:
+def locate_bilm(weights: PathLike, options: Optional[PathLike], names: Tuple[str, str] = COMPONENT_SETTINGS) -> Tuple[Path, Optional[Path]]:
     """(model directory, None), or (public .hdf5 file, its options.json)."""
     weights_name, options_name = names
     if not weights:
