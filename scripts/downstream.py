@@ -3,6 +3,10 @@ evaluate both on a test set, and write the comparison.
 
     python scripts/downstream.py train BASE.cfg ELMO.cfg OUTPUT_DIR --bilm MODEL --train T.spacy --dev D.spacy --seeds 0,1 --max-steps 2500
     python scripts/downstream.py evaluate OUTPUT_DIR TEST.spacy --output metrics/downstream.json --table metrics/downstream.md
+    python scripts/downstream.py sample TRAIN.spacy SMALL.spacy --docs 1254 --seed 0
+
+`sample` draws a seeded random share of a training DocBin, for the twins at less task data
+(UD EWT's training file is ordered by genre, so its first docs are not a fair share).
 
 Runs go to OUTPUT_DIR/base/seedN and OUTPUT_DIR/ELMO_ARM/seedN (`--elmo-arm`, "elmo" by
 default, names the folder so that the runs of several biLMs share one baseline). Each run
@@ -14,6 +18,7 @@ continues with the next unfinished run (an interrupted run restarts).
 
 import hashlib
 import json
+import random
 import shutil
 import statistics
 import subprocess
@@ -212,6 +217,30 @@ def evaluate(
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(markdown)
     typer.echo(markdown)
+
+
+@app.command()
+def sample(
+    train_path: Path = typer.Argument(..., help="Training DocBin to draw from"),
+    output: Path = typer.Argument(..., help="The sample, a DocBin"),
+    docs: int = typer.Option(..., min=1, help="How many docs to draw (without replacement)"),
+    seed: int = typer.Option(0, help="Seed of the draw"),
+) -> None:
+    """Write DOCS docs of TRAIN_PATH drawn at random (in their original order) to OUTPUT."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    if not train_path.is_file():
+        raise typer.BadParameter(f"{train_path} not found")
+    source = DocBin().from_disk(train_path)
+    if docs > len(source):
+        raise typer.BadParameter(f"--docs {docs} is more than the {len(source)} docs in {train_path}")
+    all_docs = list(source.get_docs(spacy.blank("xx").vocab))
+    chosen = sorted(random.Random(seed).sample(range(len(all_docs)), docs))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    DocBin(docs=[all_docs[i] for i in chosen], store_user_data=True).to_disk(output)
+    words = sum(len(all_docs[i]) for i in chosen)
+    typer.echo(f"{docs} of {len(all_docs)} docs ({words:,} words) drawn with seed {seed} into {output}")
 
 
 def arm_folders(elmo_arm: str) -> Dict[str, str]:

@@ -116,3 +116,46 @@ def test_adapt_continues_the_bilm_on_the_task_text_with_its_vocabulary(tmp_path,
     after = json.loads((project / "metrics" / "adapt-after.json").read_text())
     assert before["sentences"] == after["sentences"] > 0
     assert after["mean"] < before["mean"]
+
+
+def run_sample(*args: str) -> subprocess.CompletedProcess:
+    from elmo_testing import REPO
+
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "downstream.py"), "sample", *args], capture_output=True, text=True)
+
+
+def test_sample_draws_a_seeded_share_of_the_training_docs_with_their_annotations(tmp_path):
+    """`sample`: DOCS docs of the DocBin, a different draw per seed, the same draw for the same
+    seed, in their original order and with tags, parses and morphology intact."""
+    from spacy.tokens import Doc, DocBin
+
+    nlp = spacy.blank("en")
+    annotations = dict(tags=["NN", "VBZ", "."], pos=["NOUN", "VERB", "PUNCT"], heads=[1, 1, 1], deps=["nsubj", "ROOT", "punct"])
+    originals = [Doc(nlp.vocab, words=[f"w{i}", "runs", "."], morphs=[f"Number=Sing|Index={i}", "", ""], **annotations) for i in range(40)]
+    DocBin(docs=originals).to_disk(tmp_path / "train.spacy")
+
+    def draw(name: str, seed: str):
+        result = run_sample(str(tmp_path / "train.spacy"), str(tmp_path / name), "--docs", "10", "--seed", seed)
+        assert result.returncode == 0, result.stderr
+        assert "10 of 40 docs (30 words)" in result.stdout
+        return list(DocBin().from_disk(tmp_path / name).get_docs(nlp.vocab))
+
+    first, again, other = draw("a.spacy", "0"), draw("b.spacy", "0"), draw("c.spacy", "1")
+    indices = [int(doc[0].text[1:]) for doc in first]
+    assert len(indices) == 10 and indices == sorted(set(indices))
+    assert indices == [int(doc[0].text[1:]) for doc in again]
+    assert indices != [int(doc[0].text[1:]) for doc in other]
+    assert indices != list(range(10))
+    for doc in first:
+        original = originals[int(doc[0].text[1:])]
+        assert doc.to_json() == original.to_json()
+
+
+def test_sample_refuses_more_docs_than_there_are(tmp_path):
+    from spacy.tokens import Doc, DocBin
+
+    nlp = spacy.blank("en")
+    DocBin(docs=[Doc(nlp.vocab, words=["a", "b"]) for _ in range(3)]).to_disk(tmp_path / "train.spacy")
+    result = run_sample(str(tmp_path / "train.spacy"), str(tmp_path / "out.spacy"), "--docs", "4")
+    assert result.returncode != 0 and "--docs 4 is more than the 3 docs" in result.stdout + result.stderr
+    assert not (tmp_path / "out.spacy").exists()
