@@ -159,3 +159,18 @@ def test_sample_refuses_more_docs_than_there_are(tmp_path):
     result = run_sample(str(tmp_path / "train.spacy"), str(tmp_path / "out.spacy"), "--docs", "4")
     assert result.returncode != 0 and "--docs 4 is more than the 3 docs" in result.stdout + result.stderr
     assert not (tmp_path / "out.spacy").exists()
+
+
+def test_ud_sample_feeds_the_twins_in_a_folder_of_their_own(tmp_path, tiny_model_dir):
+    """`ud-sample` draws from the converted EWT training split, and `downstream-train` with
+    `downstream_train` / `downstream_dir` trains on the sample into its own folder."""
+    from spacy.tokens import DocBin
+
+    project = copy_project(tmp_path / "project")
+    sample = "corpus/ud/en_ewt-ud-train-25.spacy"
+    variables = ["--vars.ud_dir", str(toy_treebank(tmp_path / "ud")), "--vars.sample_docs", "25", "--vars.bilm", str(tiny_model_dir)]
+    project_run(project, "ud-convert", *variables)
+    project_run(project, "ud-sample", *variables)
+    assert len(DocBin().from_disk(project / sample)) == 25
+    dry = project_run(project, "downstream-train", "--dry", *variables, "--vars.downstream_train", sample, "--vars.downstream_dir", "training/downstream-25")
+    assert f"training/downstream-25 --bilm {tiny_model_dir}" in dry and f"--train {sample} --dev" in dry
