@@ -78,7 +78,8 @@ def test_a_word_model_equals_the_char_model_whose_encodings_it_holds():
         table[:2] = chars.boundary_vectors()
         words.token_encoder.embedding.weight.copy_(table)
     known = [[w for w in sentence if w in WORDS[3:]] for sentence in SENTENCES]
-    torch.testing.assert_close(run(words.eval(), known).layers, run(chars, known).layers, atol=1e-6, rtol=0)
+    # a few float32 ulps: the two paths sum in another order (seen: 1.9e-6 on values near 3.5, AVX2 CPU)
+    torch.testing.assert_close(run(words.eval(), known).layers, run(chars, known).layers, atol=1e-6, rtol=2e-6)
 
 
 def test_a_row_alone_equals_the_row_in_any_batch():
