@@ -9,7 +9,7 @@ import sys
 import pytest
 import spacy
 
-from elmo_testing import SHARED, copy_project, install_in_fresh_venv, project_run
+from elmo_testing import REPO, SHARED, copy_project, install_in_fresh_venv, project_run
 
 UD = SHARED / "data" / "ud-english-ewt"
 PREDICT = (
@@ -99,7 +99,7 @@ def test_adapt_continues_the_bilm_on_the_task_text_with_its_vocabulary(tmp_path,
     the biLM further; its perplexity on held-out task text falls."""
     from thinc.api import Config
 
-    from elmo_testing import REPO, tiny_pretrain_overrides
+    from elmo_testing import tiny_pretrain_overrides
     from spacy_elmo.training.config import load_config
     from spacy_elmo.training.trainer import pretrain
 
@@ -119,8 +119,6 @@ def test_adapt_continues_the_bilm_on_the_task_text_with_its_vocabulary(tmp_path,
 
 
 def run_sample(*args: str) -> subprocess.CompletedProcess:
-    from elmo_testing import REPO
-
     return subprocess.run([sys.executable, str(REPO / "scripts" / "downstream.py"), "sample", *args], capture_output=True, text=True)
 
 
@@ -163,7 +161,8 @@ def test_sample_refuses_more_docs_than_there_are(tmp_path):
 
 def test_ud_sample_feeds_the_twins_in_a_folder_of_their_own(tmp_path, tiny_model_dir):
     """`ud-sample` draws from the converted EWT training split, and `downstream-train` with
-    `downstream_train` / `downstream_dir` trains on the sample into its own folder."""
+    `downstream_train` / `downstream_dir` is given the sample and a folder of its own (checked
+    on the command a dry run prints)."""
     from spacy.tokens import DocBin
 
     project = copy_project(tmp_path / "project")
