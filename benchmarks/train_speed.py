@@ -27,6 +27,7 @@ from typing import Callable, Dict
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from spacy_elmo.heap import keep_freed_memory
 from spacy_elmo.nn.precision import bf16_is_fast
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.data import BatchStream, Vocabulary, to_tensors, train_shards
@@ -62,6 +63,8 @@ def synchronize(device: str) -> None:
 
 def measure(config_path: str, corpus: str, steps: int, threads: int, device: str, precision: str, tokens_per_batch: int, profile: bool) -> dict:
     torch.set_num_threads(threads)
+    if device == "cpu":
+        keep_freed_memory()  # as the trainer does
     overrides = {"paths.corpus": corpus}
     if tokens_per_batch:
         overrides["batching.tokens_per_batch"] = tokens_per_batch

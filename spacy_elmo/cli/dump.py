@@ -1,18 +1,17 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
 
-import ctypes
-import functools
 import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Tuple, cast
+from typing import Iterator, List, Optional, Tuple, cast
 
 import numpy
 import typer
 from tqdm import tqdm
 
 from ..batching import token_budget_batches
+from ..heap import release_freed_memory
 from ..io import load_bilm
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
@@ -76,7 +75,7 @@ def dump(
                     if not (use_sentence_keys or forget_sentences):
                         sentence_to_index[line] = str(index)
                 bar.update(sum(len(tokens) for _, _, tokens in batch))
-            release_freed_heap()
+            release_freed_memory()
         if not (use_sentence_keys or forget_sentences):
             dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
             dataset[0] = json.dumps(sentence_to_index)
@@ -130,21 +129,6 @@ def read_chunks(path: Path) -> Iterator[List[Line]]:
                 chunk = []
     if chunk:
         yield chunk
-
-
-def release_freed_heap() -> None:
-    """Give the memory freed since the last call back to the OS (glibc keeps it otherwise,
-    and over millions of small HDF5 writes the resident set creeps up); a no-op where the
-    C library has no `malloc_trim`."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.lru_cache(maxsize=None)
-def _malloc_trim() -> Optional[Callable[[int], int]]:
-    """The C library's malloc_trim, looked up once among the process's own symbols."""
-    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 def select_layers(layers: numpy.ndarray, all_layers: bool, top: bool) -> numpy.ndarray:

@@ -30,6 +30,7 @@ from thinc.api import Config
 from tqdm import tqdm
 
 from ..devices import TRAINING_DEVICES, pick_device
+from ..heap import keep_freed_memory
 from ..io import load_bilm
 from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
@@ -127,6 +128,8 @@ class Trainer:
         self.process = start_process(self.device)
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # every step reallocates the same large buffers
         self.autocast = settings.mixed_precision and bf16_is_fast(self.device)
         if settings.mixed_precision and not self.autocast:
             logger.warning("training.mixed_precision: %s has no native bfloat16 (GPU, or CPU with AVX512-BF16 or AMX); training in fp32", self.device)

@@ -164,7 +164,7 @@ def test_dump_forget_sentences_and_many_chunks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dump_module, "LINES_PER_CHUNK", 7)
     trims = []
-    monkeypatch.setattr(dump_module, "release_freed_heap", lambda: trims.append(1))
+    monkeypatch.setattr(dump_module, "release_freed_memory", lambda: trims.append(1))
     bilm = random_bilm()
     save_model(bilm, tmp_path / "model")
     lines = [" ".join(["w%d" % (i % 5)] * (1 + i % 9)) for i in range(30)]
