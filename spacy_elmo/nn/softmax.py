@@ -115,9 +115,13 @@ class SampledSoftmax(FullSoftmax):
         samples, tries = distinct_log_uniform(self.n_samples, self.vocab_size, hidden.device)
         log_expected = torch.log(expected_counts(self.sampling_probs, self.n_samples, tries))
         corrected_bias = self.bias - log_expected  # (vocab,) the bias less each id's log expected count
-        true_logits = (hidden * self.weight[targets]).sum(-1) + corrected_bias[targets]
+        # one gather of the targets' and the negatives' rows: one dense gradient of the table
+        ids = torch.cat([targets, samples])
+        true_weight, sampled_weight = self.weight[ids].split([len(targets), len(samples)])
+        true_bias, sampled_bias = corrected_bias[ids].split([len(targets), len(samples)])
+        true_logits = (hidden * true_weight).sum(-1) + true_bias
         hit_rows, hit_columns = accidental_hits(samples, targets, self.vocab_size)
-        sampled = SampledLogSumExp.apply(hidden, self.weight[samples], corrected_bias[samples], hit_rows, hit_columns)
+        sampled = SampledLogSumExp.apply(hidden, sampled_weight, sampled_bias, hit_rows, hit_columns)
         # -log(e^true / (e^true + e^sampled)), exact where the loss is tiny, 0 with no negative
         return torch.nn.functional.softplus(sampled - true_logits)
 
