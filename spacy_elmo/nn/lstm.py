@@ -6,7 +6,8 @@ longest first, so step t's running rows are the first `batch_sizes[t]`, and the 
 all steps are stored one step after the other (as in a `PackedSequence`). The input
 projection is one matrix product over all packed rows; the loop only does the recurrent
 product and the gate arithmetic. In training, a hand-written backward pass through time
-leaves the weight gradients to one matrix product each.
+leaves the weight gradients to one matrix product each; under bf16 autocast the loop's
+matrix products take bfloat16 operands while its state and gate arithmetic stay float32.
 """
 
 from typing import List, NamedTuple, Optional, Tuple
@@ -76,8 +77,6 @@ class ProjectedLSTM(nn.Module):
         weights = self._gate_weights()
         rows = packed_rows(batch_sizes, batch, inputs.device)
         input_gates = self._input_gates(inputs.transpose(0, 1).reshape(time * batch, -1).index_select(0, rows), weights)
-        if self.forget_bias:
-            input_gates[:, self.cell_dim : 2 * self.cell_dim] += self.forget_bias
         if torch.is_grad_enabled():
             projection = self.projection if self.projection is not None else input_gates.new_empty(0)
             packed, h, c = _TrainingTimeLoop.apply(self, batch_sizes, input_gates, weights[1], projection, h, c)
@@ -90,10 +89,12 @@ class ProjectedLSTM(nn.Module):
         """Input weight, transposed recurrent weight and bias, with the candidate (g) rows
         doubled: one sigmoid then serves all four gates, tanh(g) = 2 * sigmoid(2g) - 1.
         Doubling is exact in floating point, and torch's CPU tanh is several times slower
-        than its sigmoid."""
+        than its sigmoid. The bias includes the constant forget bias."""
         scale = torch.ones(4 * self.cell_dim, dtype=self.bias.dtype, device=self.bias.device)
         scale[2 * self.cell_dim : 3 * self.cell_dim] = 2.0
-        return self.input_weight * scale[:, None], (self.recurrent_weight * scale[:, None]).t(), self.bias * scale
+        constant = torch.zeros_like(scale)
+        constant[self.cell_dim : 2 * self.cell_dim] = self.forget_bias
+        return self.input_weight * scale[:, None], (self.recurrent_weight * scale[:, None]).t(), self.bias * scale + constant
 
     def _input_gates(self, inputs: torch.Tensor, weights: GateWeights) -> torch.Tensor:
         """(..., input_dim) -> (..., 4H): the input's share of the gates (g doubled), with the bias."""
@@ -115,7 +116,7 @@ class ProjectedLSTM(nn.Module):
         c = torch.mul(f, c).sub_(i).addcmul_(i, g, value=2.0)
         if self.cell_clip is not None:
             c.clamp_(-self.cell_clip, self.cell_clip)
-        h = torch.mul(c, 2.0).sigmoid_().mul_(o).mul_(2.0).sub_(o)
+        h = torch.mul(c, 2.0).sigmoid_().mul_(2.0).sub_(1.0).mul_(o)  # o * tanh(c), as in training
         return self._clipped_projection(h), c
 
     def _clipped_projection(self, h: torch.Tensor) -> torch.Tensor:
@@ -140,11 +141,39 @@ def _step_offsets(batch_sizes: List[int]) -> List[int]:
     return offsets
 
 
+class _Packing(NamedTuple):
+    """Where each row of a longest-first batch lies among the packed rows."""
+
+    offsets: List[int]
+    """Where each step's rows start among the packed rows."""
+    previous: torch.Tensor
+    """(rows,) each packed row's own row one step earlier, indexing [the first step's
+    initial states; the packed rows]: row j of step 0 is j, of step t > 0 it is
+    batch_sizes[0] + offsets[t - 1] + j."""
+    last: torch.Tensor
+    """(running,) the packed row of each running row's last step; rows >= running never run."""
+
+
+def _packing(batch_sizes: List[int], device: torch.device) -> _Packing:
+    offsets = _step_offsets(batch_sizes)
+    sizes = torch.tensor(batch_sizes, dtype=torch.long)
+    starts = torch.tensor(offsets, dtype=torch.long)
+    step = torch.repeat_interleave(torch.arange(len(batch_sizes)), sizes)  # (rows,) each packed row's step
+    row = torch.arange(len(step)) - starts[step]  # (rows,) its row in the batch
+    previous = torch.where(step > 0, sizes[0] + starts[(step - 1).clamp_min(0)] + row, row)
+    first_rows = torch.arange(batch_sizes[0] if batch_sizes else 0)
+    steps_run = (sizes.unsqueeze(0) > first_rows.unsqueeze(1)).sum(1)  # (running,) each row's length
+    last = starts[steps_run - 1] + first_rows
+    return _Packing(offsets, previous.to(device), last.to(device))
+
+
 class _Record(NamedTuple):
     """What the backward pass of a time loop needs besides its outputs (packed rows)."""
 
     sigmoids: torch.Tensor  # (rows, 4H): sigmoid of each step's gates, g doubled
     cells: torch.Tensor  # (rows, H): each step's cell state, after clipping
+    tanh_cells: torch.Tensor  # (rows, H): tanh of the cells
+    unprojected: torch.Tensor  # (rows, H) o * tanh(c), the projection's input, in the products' dtype; empty without projection
 
 
 def _run_time_loop(
@@ -154,34 +183,97 @@ def _run_time_loop(
     c: torch.Tensor,
     batch_sizes: List[int],
     recurrent_t: torch.Tensor,
-    record: Optional[_Record] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The time loop without autograd: packed input_gates (rows, 4H), initial h (batch, P)
-    and c (batch, H) -> packed outputs (rows, P) and the final (h, c) of each row. Fills
-    `record` for `_TrainingTimeLoop.backward` when given."""
+    """The inference time loop: packed input_gates (rows, 4H), initial h (batch, P) and
+    c (batch, H) -> packed outputs (rows, P) and the final (h, c) of each row."""
     outputs = input_gates.new_empty(len(input_gates), layer.output_dim)
     h, c = h.clone(), c.clone()
     for offset, n in zip(_step_offsets(batch_sizes), batch_sizes):
         step = slice(offset, offset + n)
-        if record is None:
-            gates = layer._add_recurrent_gates(input_gates[step], h[:n], recurrent_t)
-        else:  # the sigmoids are computed in place, in the record
-            gates = torch.addmm(input_gates[step], h[:n], recurrent_t, out=record.sigmoids[step])
+        gates = layer._add_recurrent_gates(input_gates[step], h[:n], recurrent_t)
         h_t, c_t = layer._step_in_place(gates, c[:n])
         outputs[step] = h_t
         h[:n], c[:n] = h_t, c_t
-        if record is not None:
-            record.cells[step] = c_t
     return outputs, h, c
+
+
+def _record_time_loop(
+    layer: ProjectedLSTM,
+    input_gates: torch.Tensor,
+    h0: torch.Tensor,
+    c0: torch.Tensor,
+    packing: _Packing,
+    batch_sizes: List[int],
+    recurrent_t: torch.Tensor,
+    projection: torch.Tensor,
+    product_dtype: torch.dtype,
+) -> Tuple[torch.Tensor, _Record]:
+    """The training time loop: the inference loop's arithmetic, with every step's state
+    written once into the record (no state copies). Gates, cells and outputs are in the
+    dtype of `input_gates`; the recurrent and projection products take `product_dtype`
+    operands (bfloat16 under autocast, else the same dtype). Packed input_gates (rows, 4H),
+    h0 (batch, P), c0 (batch, H), recurrent_t (P, 4H), projection (P, H) or empty ->
+    packed outputs (rows, P) and the record."""
+    rows, gate_dim = input_gates.shape
+    cell_dim = gate_dim // 4
+    projected = projection.numel() > 0
+    record = _Record(
+        input_gates.new_empty(rows, gate_dim),
+        input_gates.new_empty(rows, cell_dim),
+        input_gates.new_empty(rows, cell_dim),
+        input_gates.new_empty(rows if projected else 0, cell_dim, dtype=product_dtype),
+    )
+    outputs = input_gates.new_empty(rows, layer.output_dim)
+    low = product_dtype != input_gates.dtype
+    recurrent_t = recurrent_t.to(product_dtype)
+    projection_t = projection.t().to(product_dtype)
+    h_previous = h0.to(product_dtype)
+    for t, (offset, n) in enumerate(zip(packing.offsets, batch_sizes)):
+        step = slice(offset, offset + n)
+        c_previous = c0[:n] if t == 0 else record.cells[packing.offsets[t - 1] : packing.offsets[t - 1] + n]
+        gates = record.sigmoids[step]
+        if low:
+            torch.add(input_gates[step], h_previous[:n] @ recurrent_t, out=gates)
+        else:
+            torch.addmm(input_gates[step], h_previous[:n], recurrent_t, out=gates)
+        i, f, g, o = gates.sigmoid_().chunk(4, dim=1)
+        cell = torch.mul(f, c_previous, out=record.cells[step]).sub_(i).addcmul_(i, g, value=2.0)
+        if layer.cell_clip is not None:
+            cell.clamp_(-layer.cell_clip, layer.cell_clip)
+        tanh_cell = torch.mul(cell, 2.0, out=record.tanh_cells[step]).sigmoid_().mul_(2.0).sub_(1.0)
+        if not projected:
+            h_previous = torch.mul(o, tanh_cell, out=outputs[step])
+            h_previous = h_previous.to(product_dtype) if low else h_previous
+            continue
+        unprojected = torch.mul(o, tanh_cell, out=record.unprojected[step])
+        y = unprojected @ projection_t if low else torch.mm(unprojected, projection_t, out=outputs[step])
+        if layer.proj_clip is not None:
+            y.clamp_(-layer.proj_clip, layer.proj_clip)
+        if low:
+            outputs[step] = y
+        h_previous = y
+    return outputs, record
+
+
+def _final_state(packed: torch.Tensor, initial: torch.Tensor, packing: _Packing) -> torch.Tensor:
+    """(batch, dim): each row's value at its last step, its initial value if it never ran."""
+    final = initial.clone()
+    final[: len(packing.last)] = packed.index_select(0, packing.last)
+    return final
 
 
 class _TrainingTimeLoop(torch.autograd.Function):
     """The differentiable time loop of a `ProjectedLSTM`, with a hand-written backward
-    pass through time: the forward pass is the inference loop keeping each step's gate
-    sigmoids and cells, the backward pass does only the per-step recurrence and leaves the
-    weight gradients to one matrix product each over all packed rows. Runs in float32
-    (under bf16 autocast too; float64 for float64 inputs); tested against autograd through
-    a naive cell and against finite differences."""
+    pass through time. The forward pass records each step's gate sigmoids, cells and their
+    tanh. The backward pass first computes, over all packed rows at once, every factor
+    that does not depend on the incoming gradient (the gates' derivatives times what
+    multiplies them, the clipping masks), so that its per-step recurrence is seven
+    operations; the weight gradients are one matrix product each over all packed rows.
+    Gate arithmetic and state run in float32 (float64 for float64 inputs); under bf16
+    autocast, whose input gates arrive in bfloat16, the recurrent and projection products
+    take bfloat16 operands (bf16 matrix products are 2-4x faster where the CPU has
+    AVX512-BF16 or AMX). Tested against autograd through a naive cell and against finite
+    differences."""
 
     @staticmethod
     def forward(ctx, layer, batch_sizes, input_gates, recurrent_t, projection, h, c):
@@ -189,57 +281,105 @@ class _TrainingTimeLoop(torch.autograd.Function):
         h (batch, P), c (batch, H) -> packed outputs (rows, P), final h, final c."""
         ctx.dtypes = [t.dtype for t in (input_gates, recurrent_t, projection, h, c)]
         dtype = torch.promote_types(input_gates.dtype, torch.float32)
+        product_dtype = torch.bfloat16 if input_gates.dtype == torch.bfloat16 else dtype
         input_gates, recurrent_t, projection, h, c = (t.to(dtype) for t in (input_gates, recurrent_t, projection, h, c))
-        rows, gate_dim = input_gates.shape
-        record = _Record(input_gates.new_empty(rows, gate_dim), input_gates.new_empty(rows, gate_dim // 4))
+        packing = _packing(batch_sizes, input_gates.device)
         with torch.autocast(input_gates.device.type, enabled=False):
-            outputs, h_final, c_final = _run_time_loop(layer, input_gates, h, c, batch_sizes, recurrent_t, record)
+            outputs, record = _record_time_loop(layer, input_gates, h, c, packing, batch_sizes, recurrent_t, projection, product_dtype)
         ctx.batch_sizes = batch_sizes
+        ctx.packing = packing
+        ctx.product_dtype = product_dtype
         ctx.cell_clip = layer.cell_clip
-        ctx.proj_clip = layer.proj_clip if layer.projection is not None else None
-        ctx.save_for_backward(record.sigmoids, record.cells, outputs, recurrent_t, projection, h, c)
-        return outputs, h_final, c_final
+        ctx.proj_clip = layer.proj_clip if projection.numel() else None
+        ctx.save_for_backward(*record, outputs, recurrent_t, projection, h, c)
+        return outputs, _final_state(outputs, h, packing), _final_state(record.cells, c, packing)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_outputs, d_h_final, d_c_final):
-        sigmoids, cells, outputs, recurrent_t, projection, h0, c0 = ctx.saved_tensors
-        batch_sizes = ctx.batch_sizes
-        offsets = _step_offsets(batch_sizes)
+        sigmoids, cells, tanh_cells, unprojected, outputs, recurrent_t, projection, h0, c0 = ctx.saved_tensors
+        batch_sizes, packing, product_dtype = ctx.batch_sizes, ctx.packing, ctx.product_dtype
         dtype = sigmoids.dtype
-        d_outputs, d_h, d_c = d_outputs.to(dtype), d_h_final.to(dtype, copy=True), d_c_final.to(dtype, copy=True)
-        d_gates = torch.empty_like(sigmoids)
+        low = product_dtype != dtype
         projected = projection.numel() > 0
-        if projected:
-            d_projected = torch.empty_like(outputs)  # each step's gradient at the projection's output
-            unprojected = torch.empty_like(cells)  # o * tanh(c), the projection's input
+        running = len(packing.last)
+        factors = _gradient_factors(sigmoids, cells, tanh_cells, c0, packing, ctx.cell_clip)
+        # d_outputs becomes, step by step, the gradient at each step's projection output
+        # (recurrent gradient added, clipping mask applied): the projection's gradient.
+        d_y_all = d_outputs.to(dtype, copy=True)
+        d_y_all.index_add_(0, packing.last, d_h_final[:running].to(dtype))
+        if ctx.proj_clip is not None:
+            output_mask = outputs.abs() < ctx.proj_clip
+        d_c = d_c_final.to(dtype, copy=True)  # the gradient at each row's cell, times its clip mask
+        if ctx.cell_clip is not None:
+            d_c[:running].mul_(cells.index_select(0, packing.last).abs() < ctx.cell_clip)
+        d_h0 = d_h_final.to(dtype, copy=True)
+        d_gates = sigmoids.new_empty(sigmoids.shape, dtype=product_dtype)
+        recurrent = recurrent_t.t().to(product_dtype)
+        projection_low = projection.to(product_dtype)
+        cell_dim = cells.shape[1]
         for t in reversed(range(len(batch_sizes))):
             n = batch_sizes[t]
-            step = slice(offsets[t], offsets[t] + n)
-            d_y = d_outputs[step] + d_h[:n]
+            step = slice(packing.offsets[t], packing.offsets[t] + n)
+            d_y = d_y_all[step]
             if ctx.proj_clip is not None:
-                d_y.mul_(outputs[step].abs() < ctx.proj_clip)
-            i, f, g, o = sigmoids[step].chunk(4, dim=1)
-            cell = cells[step]
-            tanh_cell = torch.sigmoid(2.0 * cell).mul_(2.0).sub_(1.0)
-            if projected:
-                d_projected[step] = d_y
-                torch.mul(o, tanh_cell, out=unprojected[step])
-                d_y = d_y @ projection
-            d_cell = (1.0 - tanh_cell * tanh_cell).mul_(o).mul_(d_y).add_(d_c[:n])
-            if ctx.cell_clip is not None:
-                d_cell.mul_(cell.abs() < ctx.cell_clip)
-            previous_cell = cells[offsets[t - 1] : offsets[t - 1] + n] if t else c0[:n]
-            d_i, d_f, d_g, d_o = d_gates[step].chunk(4, dim=1)
-            torch.mul(d_cell, 2.0 * g - 1.0, out=d_i).mul_(i * (1.0 - i))
-            torch.mul(d_cell, previous_cell, out=d_f).mul_(f * (1.0 - f))
-            torch.mul(d_cell, i, out=d_g).mul_(2.0 * g * (1.0 - g))  # tanh(x) = 2 sigmoid(2x) - 1, 2x stored
-            torch.mul(d_y, tanh_cell, out=d_o).mul_(o * (1.0 - o))
-            d_h[:n] = d_gates[step] @ recurrent_t.t()
-            d_c[:n] = d_cell.mul_(f)
-        previous_h = torch.cat([h0[: batch_sizes[0]]] + [outputs[offsets[t - 1] : offsets[t - 1] + n] for t, n in enumerate(batch_sizes) if t])
-        d_recurrent = previous_h.t() @ d_gates
-        d_projection = d_projected.t() @ unprojected if projected else None
-        grads = [d_gates, d_recurrent, d_projection, d_h, d_c]
+                d_y.mul_(output_mask[step])
+            d_unprojected = d_y.to(product_dtype) @ projection_low if projected else d_y
+            d_cell = torch.addcmul(d_c[:n], d_unprojected, factors.cell[step])
+            d_step = d_gates[step].view(n, 4, cell_dim)
+            torch.mul(factors.gates[step].view(n, 4, cell_dim)[:, :3], d_cell.unsqueeze(1), out=d_step[:, :3])
+            torch.mul(factors.gates[step, 3 * cell_dim :], d_unprojected, out=d_step[:, 3])
+            if t:
+                previous = d_y_all[packing.offsets[t - 1] : packing.offsets[t - 1] + n]
+                if low:
+                    previous.add_(d_gates[step] @ recurrent)
+                else:
+                    torch.addmm(previous, d_gates[step], recurrent, out=previous)
+            else:
+                d_h0[:n] = d_gates[step] @ recurrent
+            torch.mul(d_cell, factors.carry[step], out=d_c[:n])
+        previous_h = torch.cat([h0[: batch_sizes[0]], outputs]).index_select(0, packing.previous)
+        d_recurrent = previous_h.to(product_dtype).t() @ d_gates
+        d_projection = d_y_all.to(product_dtype).t() @ unprojected if projected else None
+        grads = [d_gates, d_recurrent, d_projection, d_h0, d_c]
         grads = [grad.to(wanted) if grad is not None else None for grad, wanted in zip(grads, ctx.dtypes)]
         return (None, None, *(grad if need else None for grad, need in zip(grads, ctx.needs_input_grad[2:])))
+
+
+class _GradientFactors(NamedTuple):
+    """Per packed row, what the backward pass multiplies the incoming gradient by."""
+
+    gates: torch.Tensor
+    """(rows, 4H): d gate pre-activation / d cell before clipping for i, f, g, and
+    d gate pre-activation / d (o * tanh c) for o."""
+    cell: torch.Tensor
+    """(rows, H): d cell / d (o * tanh c) = o * (1 - tanh^2 c), times the clip mask."""
+    carry: torch.Tensor
+    """(rows, H): d previous cell / d cell = f, times the previous cell's clip mask."""
+
+
+def _gradient_factors(
+    sigmoids: torch.Tensor, cells: torch.Tensor, tanh_cells: torch.Tensor, c0: torch.Tensor, packing: _Packing, cell_clip: Optional[float]
+) -> _GradientFactors:
+    """The gradient factors of a recorded time loop, computed over all packed rows at once.
+
+    With c' = f * c_prev + i * tanh(g) clipped to c, and u = o * tanh(c):
+    dc'/di = tanh(g), dc'/df = c_prev, dc'/dg = i, du/do = tanh(c), times each gate's
+    sigmoid derivative s (1 - s) (tanh(g) = 2 sigmoid(2g) - 1, whose pre-activation is
+    stored doubled: its derivative is 2 s (1 - s))."""
+    i, f, g, o = sigmoids.chunk(4, dim=1)
+    first_step = len(packing.last)  # the rows of step 0, whose previous cell is c0
+    c_previous = torch.cat([c0[:first_step], cells]).index_select(0, packing.previous)
+    gates = torch.addcmul(sigmoids, sigmoids, sigmoids, value=-1.0)  # s (1 - s)
+    d_i, d_f, d_g, d_o = gates.chunk(4, dim=1)
+    d_i.mul_(g.mul(2.0).sub_(1.0))
+    d_f.mul_(c_previous)
+    d_g.mul_(i).mul_(2.0)
+    d_o.mul_(tanh_cells)
+    cell = torch.addcmul(o, o, tanh_cells.square(), value=-1.0)
+    carry = f.clone()
+    if cell_clip is not None:
+        mask = cells.abs() < cell_clip
+        cell.mul_(mask)
+        carry[first_step:].mul_(mask.index_select(0, packing.previous[first_step:] - first_step))
+    return _GradientFactors(gates, cell, carry)
