@@ -12,9 +12,9 @@ import typing
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Optional, Tuple, Union
 
-from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model
+from pydantic import ConfigDict, Field, PlainValidator, Strict, TypeAdapter, ValidationError, create_model
 from pydantic.dataclasses import dataclass
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 from thinc.api import Config
 
 from ..devices import TRAINING_DEVICES, check_device
@@ -25,6 +25,15 @@ Int = Annotated[int, Strict()]
 Positive = Annotated[int, Strict(), Field(ge=1)]
 NotNegative = Annotated[int, Strict(), Field(ge=0)]
 Number = Annotated[float, Strict()]
+
+
+def _bool_or_auto(value: Any) -> Union[bool, str]:
+    if isinstance(value, bool) or value == "auto":
+        return value
+    raise PydanticCustomError("bool_or_auto", "Input should be true, false or 'auto'")
+
+
+BoolOrAuto = Annotated[Union[bool, Literal["auto"]], PlainValidator(_bool_or_auto)]
 Text = Annotated[str, Strict()]
 
 
@@ -115,10 +124,10 @@ class TrainingSettings:
     device: Annotated[str, Strict(), RESUMABLE] = "cpu"
     """"cpu", "cuda", "cuda:N" or "auto" (cuda when available). Under torchrun each process
     takes the GPU of its LOCAL_RANK."""
-    mixed_precision: Annotated[bool, Strict()] = False
+    mixed_precision: BoolOrAuto = False
     """bf16 autocast for the training steps (fp32 master weights and optimizer state, fp32
     dev perplexity) where bf16 is native: a GPU, or a CPU with AVX512-BF16 or AMX. Elsewhere
-    fp32, with a warning."""
+    fp32: with a warning for true, silently for "auto"."""
     num_threads: Annotated[NotNegative, RESUMABLE] = 0
     """torch CPU threads per process (0: torch's default)."""
     max_bad_steps: Annotated[Positive, RESUMABLE] = 5

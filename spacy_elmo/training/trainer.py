@@ -130,8 +130,8 @@ class Trainer:
             torch.set_num_threads(settings.num_threads)
         if self.device.type == "cpu":
             keep_freed_memory()  # every step reallocates the same large buffers
-        self.autocast = settings.mixed_precision and bf16_is_fast(self.device)
-        if settings.mixed_precision and not self.autocast:
+        self.autocast = bool(settings.mixed_precision) and bf16_is_fast(self.device)
+        if settings.mixed_precision is True and not self.autocast:
             logger.warning("training.mixed_precision: %s has no native bfloat16 (GPU, or CPU with AVX512-BF16 or AMX); training in fp32", self.device)
 
     def _read_corpus(self, config: PretrainConfig) -> List[Path]:

@@ -275,6 +275,25 @@ def test_mixed_precision_without_native_bf16_trains_in_fp32_with_a_warning(toy_c
     assert mixed.keys() == fp32.keys() and all(numpy.array_equal(mixed[k], fp32[k]) for k in fp32)
 
 
+def test_mixed_precision_auto_without_native_bf16_trains_in_fp32_silently(toy_corpus, tmp_path, monkeypatch, caplog):
+    from spacy_elmo.training import trainer
+
+    monkeypatch.setattr(trainer, "bf16_is_fast", lambda device: False)
+    pretrain(config_for(toy_corpus, max_steps=2, eval_every=2, mixed_precision="auto"), tmp_path / "auto", progress_bar=False)
+    pretrain(config_for(toy_corpus, max_steps=2, eval_every=2), tmp_path / "fp32", progress_bar=False)
+    assert "bfloat16" not in caplog.text
+    auto, fp32 = (saved_weights(tmp_path / name / "model-last") for name in ("auto", "fp32"))
+    assert auto.keys() == fp32.keys() and all(numpy.array_equal(auto[k], fp32[k]) for k in fp32)
+
+
+@pytest.mark.skipif(not bf16_is_fast(torch.device("cpu")), reason="this CPU has no native bfloat16 (AVX512-BF16 or AMX)")
+def test_mixed_precision_auto_with_native_bf16_trains_as_true_does(toy_corpus, tmp_path):
+    for mixed in (True, "auto"):
+        pretrain(config_for(toy_corpus, max_steps=2, eval_every=2, mixed_precision=mixed, num_threads=1), tmp_path / str(mixed), progress_bar=False)
+    auto, true = (saved_weights(tmp_path / name / "model-last") for name in ("auto", "True"))
+    assert all(numpy.array_equal(auto[k], true[k]) for k in true)
+
+
 def test_a_checkpoint_from_before_a_model_key_existed_resumes_with_its_default(toy_corpus, tmp_path):
     """Checkpoints written before [model] token_encoder existed hold no such key; it means
     the char-CNN, so they resume under a config that names it."""
