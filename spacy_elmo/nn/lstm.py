@@ -112,12 +112,21 @@ class ProjectedLSTM(nn.Module):
     def _step_in_place(self, gates: torch.Tensor, c: torch.Tensor) -> LSTMState:
         """One time step for n running rows: gates (n, 4H) with g doubled (overwritten by
         their sigmoids), cell (n, H) -> new (h, c)."""
+        o, cell, tanh_cell = self._cell_update(gates, c)
+        return self._clipped_projection(tanh_cell.mul_(o)), cell
+
+    def _cell_update(
+        self, gates: torch.Tensor, c: torch.Tensor, cells: Optional[torch.Tensor] = None, tanh_cells: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The gate arithmetic of one step: gates (n, 4H) with g doubled (overwritten by
+        their sigmoids), previous cell (n, H) -> output gate o, new (clipped) cell and its
+        tanh, each (n, H); the cell and its tanh are written into `cells` and `tanh_cells`
+        when given."""
         i, f, g, o = gates.sigmoid_().chunk(4, dim=1)
-        c = torch.mul(f, c).sub_(i).addcmul_(i, g, value=2.0)
+        cell = torch.mul(f, c, out=cells).sub_(i).addcmul_(i, g, value=2.0)
         if self.cell_clip is not None:
-            c.clamp_(-self.cell_clip, self.cell_clip)
-        h = torch.mul(c, 2.0).sigmoid_().mul_(2.0).sub_(1.0).mul_(o)  # o * tanh(c), as in training
-        return self._clipped_projection(h), c
+            cell.clamp_(-self.cell_clip, self.cell_clip)
+        return o, cell, torch.mul(cell, 2.0, out=tanh_cells).sigmoid_().mul_(2.0).sub_(1.0)
 
     def _clipped_projection(self, h: torch.Tensor) -> torch.Tensor:
         if self.projection is not None:
@@ -208,8 +217,8 @@ def _record_time_loop(
     projection: torch.Tensor,
     product_dtype: torch.dtype,
 ) -> Tuple[torch.Tensor, _Record]:
-    """The training time loop: the inference loop's arithmetic, with every step's state
-    written once into the record (no state copies). Gates, cells and outputs are in the
+    """The training time loop: the inference loop's gate arithmetic (`_cell_update`), with
+    every step's state written once into the record (no state copies). Gates, cells and outputs are in the
     dtype of `input_gates`; the recurrent and projection products take `product_dtype`
     operands (bfloat16 under autocast, else the same dtype). Packed input_gates (rows, 4H),
     h0 (batch, P), c0 (batch, H), recurrent_t (P, 4H), projection (P, H) or empty ->
@@ -236,11 +245,7 @@ def _record_time_loop(
             torch.add(input_gates[step], h_previous[:n] @ recurrent_t, out=gates)
         else:
             torch.addmm(input_gates[step], h_previous[:n], recurrent_t, out=gates)
-        i, f, g, o = gates.sigmoid_().chunk(4, dim=1)
-        cell = torch.mul(f, c_previous, out=record.cells[step]).sub_(i).addcmul_(i, g, value=2.0)
-        if layer.cell_clip is not None:
-            cell.clamp_(-layer.cell_clip, layer.cell_clip)
-        tanh_cell = torch.mul(cell, 2.0, out=record.tanh_cells[step]).sigmoid_().mul_(2.0).sub_(1.0)
+        o, _, tanh_cell = layer._cell_update(gates, c_previous, record.cells[step], record.tanh_cells[step])
         if not projected:
             h_previous = torch.mul(o, tanh_cell, out=outputs[step])
             h_previous = h_previous.to(product_dtype) if low else h_previous
