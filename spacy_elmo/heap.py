@@ -26,13 +26,15 @@ TOP_PAD = 64 * 2**20
 
 def keep_freed_memory() -> bool:
     """Tune malloc for a loop of large, repeated allocations (a training run): buffers up
-    to 32 MiB from the heap, freed memory kept for reuse. The process's resident set then
-    stays at its peak. Returns whether the C library took the settings."""
+    to 32 MiB from the heap, freed memory kept for reuse. The settings hold for the whole
+    process from then on, and its resident set stays at its peak. Returns whether the C
+    library took all of them."""
     mallopt = _c_function("mallopt")
     if mallopt is None:
         return False
     settings = ((M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_TOP_PAD, TOP_PAD))
-    return all(mallopt(option, value) == 1 for option, value in settings)
+    taken = [mallopt(option, value) == 1 for option, value in settings]
+    return all(taken)
 
 
 def release_freed_memory() -> None:

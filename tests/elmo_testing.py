@@ -96,6 +96,7 @@ def tiny_pretrain_overrides(corpus_dir: Path, **training) -> dict:
         "training.checkpoint_every": 10,
         "training.log_every": 1,
         "training.num_threads": 1,
+        "training.mixed_precision": False,  # the demo config's "auto" is bf16 on some CPUs
     }
     overrides.update({f"training.{key}": value for key, value in training.items()})
     return overrides

@@ -251,12 +251,13 @@ def _record_time_loop(
             h_previous = h_previous.to(product_dtype) if low else h_previous
             continue
         unprojected = torch.mul(o, tanh_cell, out=record.unprojected[step])
-        y = unprojected @ projection_t if low else torch.mm(unprojected, projection_t, out=outputs[step])
-        if layer.proj_clip is not None:
-            y.clamp_(-layer.proj_clip, layer.proj_clip)
         if low:
-            outputs[step] = y
-        h_previous = y
+            outputs[step] = unprojected @ projection_t
+        else:
+            torch.mm(unprojected, projection_t, out=outputs[step])
+        if layer.proj_clip is not None:  # in the outputs' dtype: a bf16 bound would be rounded
+            outputs[step].clamp_(-layer.proj_clip, layer.proj_clip)
+        h_previous = outputs[step].to(product_dtype)
     return outputs, record
 
 

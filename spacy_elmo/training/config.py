@@ -124,10 +124,11 @@ class TrainingSettings:
     device: Annotated[str, Strict(), RESUMABLE] = "cpu"
     """"cpu", "cuda", "cuda:N" or "auto" (cuda when available). Under torchrun each process
     takes the GPU of its LOCAL_RANK."""
-    mixed_precision: BoolOrAuto = False
+    mixed_precision: Annotated[BoolOrAuto, RESUMABLE] = False
     """bf16 autocast for the training steps (fp32 master weights and optimizer state, fp32
     dev perplexity) where bf16 is native: a GPU, or a CPU with AVX512-BF16 or AMX. Elsewhere
-    fp32: with a warning for true, silently for "auto"."""
+    fp32: with a warning for true, silently for "auto". Like the device, it may change when
+    a run resumes."""
     num_threads: Annotated[NotNegative, RESUMABLE] = 0
     """torch CPU threads per process (0: torch's default)."""
     max_bad_steps: Annotated[Positive, RESUMABLE] = 5

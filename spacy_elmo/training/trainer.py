@@ -133,6 +133,7 @@ class Trainer:
         self.autocast = bool(settings.mixed_precision) and bf16_is_fast(self.device)
         if settings.mixed_precision is True and not self.autocast:
             logger.warning("training.mixed_precision: %s has no native bfloat16 (GPU, or CPU with AVX512-BF16 or AMX); training in fp32", self.device)
+        logger.info("training in %s on %s", "bf16 autocast" if self.autocast else "fp32", self.device)
 
     def _read_corpus(self, config: PretrainConfig) -> List[Path]:
         """Read the vocabulary, the corpus fingerprint and the dev sentences; the training

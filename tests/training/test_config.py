@@ -106,6 +106,7 @@ def test_resumable_keys_are_the_budget_machine_reporting_and_tolerance():
         "max_seconds",
         "max_epochs",
         "device",
+        "mixed_precision",
         "num_threads",
         "log_every",
         "eval_every",
