@@ -153,6 +153,8 @@ def _step_offsets(batch_sizes: List[int]) -> List[int]:
 class _Packing(NamedTuple):
     """Where each row of a longest-first batch lies among the packed rows."""
 
+    batch_sizes: List[int]
+    """For each step, how many rows are still running."""
     offsets: List[int]
     """Where each step's rows start among the packed rows."""
     previous: torch.Tensor
@@ -161,6 +163,10 @@ class _Packing(NamedTuple):
     batch_sizes[0] + offsets[t - 1] + j."""
     last: torch.Tensor
     """(running,) the packed row of each running row's last step; rows >= running never run."""
+
+    def step(self, t: int) -> slice:
+        """The packed rows of step t."""
+        return slice(self.offsets[t], self.offsets[t] + self.batch_sizes[t])
 
 
 def _packing(batch_sizes: List[int], device: torch.device) -> _Packing:
@@ -173,7 +179,7 @@ def _packing(batch_sizes: List[int], device: torch.device) -> _Packing:
     first_rows = torch.arange(batch_sizes[0] if batch_sizes else 0)
     steps_run = (sizes.unsqueeze(0) > first_rows.unsqueeze(1)).sum(1)  # (running,) each row's length
     last = starts[steps_run - 1] + first_rows
-    return _Packing(offsets, previous.to(device), last.to(device))
+    return _Packing(batch_sizes, offsets, previous.to(device), last.to(device))
 
 
 class _Record(NamedTuple):
@@ -212,15 +218,14 @@ def _record_time_loop(
     h0: torch.Tensor,
     c0: torch.Tensor,
     packing: _Packing,
-    batch_sizes: List[int],
     recurrent_t: torch.Tensor,
     projection: torch.Tensor,
     product_dtype: torch.dtype,
 ) -> Tuple[torch.Tensor, _Record]:
-    """The training time loop: the inference loop's gate arithmetic (`_cell_update`), with
-    every step's state written once into the record (no state copies). Gates, cells and outputs are in the
-    dtype of `input_gates`; the recurrent and projection products take `product_dtype`
-    operands (bfloat16 under autocast, else the same dtype). Packed input_gates (rows, 4H),
+    """The training time loop: the inference loop's gate arithmetic (`_cell_update`),
+    with every step's state written once into the record (no state copies). Gates, cells
+    and outputs are in the dtype of `input_gates`; the recurrent and projection products
+    take `product_dtype` operands (bfloat16 under autocast, else the same dtype). Packed input_gates (rows, 4H),
     h0 (batch, P), c0 (batch, H), recurrent_t (P, 4H), projection (P, H) or empty ->
     packed outputs (rows, P) and the record."""
     rows, gate_dim = input_gates.shape
@@ -237,9 +242,9 @@ def _record_time_loop(
     recurrent_t = recurrent_t.to(product_dtype)
     projection_t = projection.t().to(product_dtype)
     h_previous = h0.to(product_dtype)
-    for t, (offset, n) in enumerate(zip(packing.offsets, batch_sizes)):
-        step = slice(offset, offset + n)
-        c_previous = c0[:n] if t == 0 else record.cells[packing.offsets[t - 1] : packing.offsets[t - 1] + n]
+    for t, n in enumerate(packing.batch_sizes):
+        step = packing.step(t)
+        c_previous = c0[:n] if t == 0 else record.cells[packing.step(t - 1)][:n]
         gates = record.sigmoids[step]
         if low:
             torch.add(input_gates[step], h_previous[:n] @ recurrent_t, out=gates)
@@ -247,8 +252,7 @@ def _record_time_loop(
             torch.addmm(input_gates[step], h_previous[:n], recurrent_t, out=gates)
         o, _, tanh_cell = layer._cell_update(gates, c_previous, record.cells[step], record.tanh_cells[step])
         if not projected:
-            h_previous = torch.mul(o, tanh_cell, out=outputs[step])
-            h_previous = h_previous.to(product_dtype) if low else h_previous
+            h_previous = torch.mul(o, tanh_cell, out=outputs[step]).to(product_dtype)
             continue
         unprojected = torch.mul(o, tanh_cell, out=record.unprojected[step])
         if low:
@@ -291,8 +295,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
         input_gates, recurrent_t, projection, h, c = (t.to(dtype) for t in (input_gates, recurrent_t, projection, h, c))
         packing = _packing(batch_sizes, input_gates.device)
         with torch.autocast(input_gates.device.type, enabled=False):
-            outputs, record = _record_time_loop(layer, input_gates, h, c, packing, batch_sizes, recurrent_t, projection, product_dtype)
-        ctx.batch_sizes = batch_sizes
+            outputs, record = _record_time_loop(layer, input_gates, h, c, packing, recurrent_t, projection, product_dtype)
         ctx.packing = packing
         ctx.product_dtype = product_dtype
         ctx.cell_clip = layer.cell_clip
@@ -304,7 +307,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_outputs, d_h_final, d_c_final):
         sigmoids, cells, tanh_cells, unprojected, outputs, recurrent_t, projection, h0, c0 = ctx.saved_tensors
-        batch_sizes, packing, product_dtype = ctx.batch_sizes, ctx.packing, ctx.product_dtype
+        packing, product_dtype = ctx.packing, ctx.product_dtype
         dtype = sigmoids.dtype
         low = product_dtype != dtype
         projected = projection.numel() > 0
@@ -324,9 +327,9 @@ class _TrainingTimeLoop(torch.autograd.Function):
         recurrent = recurrent_t.t().to(product_dtype)
         projection_low = projection.to(product_dtype)
         cell_dim = cells.shape[1]
-        for t in reversed(range(len(batch_sizes))):
-            n = batch_sizes[t]
-            step = slice(packing.offsets[t], packing.offsets[t] + n)
+        for t in reversed(range(len(packing.batch_sizes))):
+            n = packing.batch_sizes[t]
+            step = packing.step(t)
             d_y = d_y_all[step]
             if ctx.proj_clip is not None:
                 d_y.mul_(output_mask[step])
@@ -336,7 +339,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
             torch.mul(factors.gates[step].view(n, 4, cell_dim)[:, :3], d_cell.unsqueeze(1), out=d_step[:, :3])
             torch.mul(factors.gates[step, 3 * cell_dim :], d_unprojected, out=d_step[:, 3])
             if t:
-                previous = d_y_all[packing.offsets[t - 1] : packing.offsets[t - 1] + n]
+                previous = d_y_all[packing.step(t - 1)][:n]
                 if low:
                     previous.add_(d_gates[step] @ recurrent)
                 else:
@@ -344,7 +347,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
             else:
                 d_h0[:n] = d_gates[step] @ recurrent
             torch.mul(d_cell, factors.carry[step], out=d_c[:n])
-        previous_h = torch.cat([h0[: batch_sizes[0]], outputs]).index_select(0, packing.previous)
+        previous_h = torch.cat([h0[: packing.batch_sizes[0]], outputs]).index_select(0, packing.previous)
         d_recurrent = previous_h.to(product_dtype).t() @ d_gates
         d_projection = d_y_all.to(product_dtype).t() @ unprojected if projected else None
         grads = [d_gates, d_recurrent, d_projection, d_h0, d_c]
@@ -374,7 +377,7 @@ def _gradient_factors(
     sigmoid derivative s (1 - s) (tanh(g) = 2 sigmoid(2g) - 1, whose pre-activation is
     stored doubled: its derivative is 2 s (1 - s))."""
     i, f, g, o = sigmoids.chunk(4, dim=1)
-    first_step = len(packing.last)  # the rows of step 0, whose previous cell is c0
+    first_step = packing.batch_sizes[0]  # the rows of step 0, whose previous cell is c0
     c_previous = torch.cat([c0[:first_step], cells]).index_select(0, packing.previous)
     gates = torch.addcmul(sigmoids, sigmoids, sigmoids, value=-1.0)  # s (1 - s)
     d_i, d_f, d_g, d_o = gates.chunk(4, dim=1)

@@ -25,6 +25,7 @@ Int = Annotated[int, Strict()]
 Positive = Annotated[int, Strict(), Field(ge=1)]
 NotNegative = Annotated[int, Strict(), Field(ge=0)]
 Number = Annotated[float, Strict()]
+Text = Annotated[str, Strict()]
 
 
 def _bool_or_auto(value: Any) -> Union[bool, str]:
@@ -34,7 +35,6 @@ def _bool_or_auto(value: Any) -> Union[bool, str]:
 
 
 BoolOrAuto = Annotated[Union[bool, Literal["auto"]], PlainValidator(_bool_or_auto)]
-Text = Annotated[str, Strict()]
 
 
 class Resumable:
