@@ -15,6 +15,8 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import nn
 
+from .shapes import pad_index, pad_rows
+
 LSTMState = Tuple[torch.Tensor, torch.Tensor]
 """(h, c): h is (batch, output_dim), c is (batch, cell_dim)."""
 GateWeights = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -76,11 +78,13 @@ class ProjectedLSTM(nn.Module):
         h, c = state if state is not None else self.zero_state(batch, inputs)
         weights = self._gate_weights()
         rows = packed_rows(batch_sizes, batch, inputs.device)
-        input_gates = self._input_gates(inputs.transpose(0, 1).reshape(time * batch, -1).index_select(0, rows), weights)
-        if torch.is_grad_enabled():
+        flat = inputs.transpose(0, 1).reshape(time * batch, -1)
+        if torch.is_grad_enabled():  # packed rows padded to a recurring count (`shapes`)
+            input_gates = self._input_gates(flat.index_select(0, pad_index(rows)), weights)
             projection = self.projection if self.projection is not None else input_gates.new_empty(0)
             packed, h, c = _TrainingTimeLoop.apply(self, batch_sizes, input_gates, weights[1], projection, h, c)
         else:
+            input_gates = self._input_gates(flat.index_select(0, rows), weights)
             packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights[1])
         outputs = packed.new_zeros(time * batch, self.output_dim).index_copy(0, rows, packed)
         return outputs.view(time, batch, -1).transpose(0, 1), (h, c)
@@ -168,6 +172,11 @@ class _Packing(NamedTuple):
         """The packed rows of step t."""
         return slice(self.offsets[t], self.offsets[t] + self.batch_sizes[t])
 
+    @property
+    def rows(self) -> int:
+        """How many packed rows there are."""
+        return self.offsets[-1] + self.batch_sizes[-1] if self.batch_sizes else 0
+
 
 def _packing(batch_sizes: List[int], device: torch.device) -> _Packing:
     offsets = _step_offsets(batch_sizes)
@@ -188,7 +197,7 @@ class _Record(NamedTuple):
     sigmoids: torch.Tensor  # (rows, 4H): sigmoid of each step's gates, g doubled
     cells: torch.Tensor  # (rows, H): each step's cell state, after clipping
     tanh_cells: torch.Tensor  # (rows, H): tanh of the cells
-    unprojected: torch.Tensor  # (rows, H) o * tanh(c), the projection's input, in the products' dtype; empty without projection
+    unprojected: torch.Tensor  # (padded rows, H) o * tanh(c), the projection's input, in the products' dtype, zero past the rows; empty without projection
 
 
 def _run_time_loop(
@@ -225,18 +234,20 @@ def _record_time_loop(
     """The training time loop: the inference loop's gate arithmetic (`_cell_update`),
     with every step's state written once into the record (no state copies). Gates, cells
     and outputs are in the dtype of `input_gates`; the recurrent and projection products
-    take `product_dtype` operands (bfloat16 under autocast, else the same dtype). Packed input_gates (rows, 4H),
+    take `product_dtype` operands (bfloat16 under autocast, else the same dtype). Packed input_gates (padded rows, 4H),
     h0 (batch, P), c0 (batch, H), recurrent_t (P, 4H), projection (P, H) or empty ->
     packed outputs (rows, P) and the record."""
-    rows, gate_dim = input_gates.shape
+    padded, gate_dim = input_gates.shape
+    rows = packing.rows
     cell_dim = gate_dim // 4
     projected = projection.numel() > 0
     record = _Record(
         input_gates.new_empty(rows, gate_dim),
         input_gates.new_empty(rows, cell_dim),
         input_gates.new_empty(rows, cell_dim),
-        input_gates.new_empty(rows if projected else 0, cell_dim, dtype=product_dtype),
+        input_gates.new_empty(padded if projected else 0, cell_dim, dtype=product_dtype),
     )
+    record.unprojected[rows:].zero_()
     outputs = input_gates.new_empty(rows, layer.output_dim)
     low = product_dtype != input_gates.dtype
     recurrent_t = recurrent_t.to(product_dtype)
@@ -287,8 +298,10 @@ class _TrainingTimeLoop(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, layer, batch_sizes, input_gates, recurrent_t, projection, h, c):
-        """Packed input_gates (rows, 4H), recurrent_t (P, 4H), projection (P, H) or empty,
-        h (batch, P), c (batch, H) -> packed outputs (rows, P), final h, final c."""
+        """Packed input_gates (padded rows, 4H: rows past sum(batch_sizes) are ignored and get
+        zero gradients), recurrent_t (P, 4H), projection (P, H) or empty, h (batch, P),
+        c (batch, H) -> packed outputs (rows, P), final h, final c. The weight gradients
+        run over the padded rows, so their shapes recur from batch to batch (`shapes`)."""
         ctx.dtypes = [t.dtype for t in (input_gates, recurrent_t, projection, h, c)]
         dtype = torch.promote_types(input_gates.dtype, torch.float32)
         product_dtype = torch.bfloat16 if input_gates.dtype == torch.bfloat16 else dtype
@@ -297,6 +310,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
         with torch.autocast(input_gates.device.type, enabled=False):
             outputs, record = _record_time_loop(layer, input_gates, h, c, packing, recurrent_t, projection, product_dtype)
         ctx.packing = packing
+        ctx.padded_rows = len(input_gates)
         ctx.product_dtype = product_dtype
         ctx.cell_clip = layer.cell_clip
         ctx.proj_clip = layer.proj_clip if projection.numel() else None
@@ -315,7 +329,9 @@ class _TrainingTimeLoop(torch.autograd.Function):
         factors = _gradient_factors(sigmoids, cells, tanh_cells, c0, packing, ctx.cell_clip)
         # d_outputs becomes, step by step, the gradient at each step's projection output
         # (recurrent gradient added, clipping mask applied): the projection's gradient.
-        d_y_all = d_outputs.to(dtype, copy=True)
+        padded = ctx.padded_rows
+        d_y_all = d_outputs.new_zeros(padded, d_outputs.shape[1], dtype=dtype)
+        d_y_all[: packing.rows] = d_outputs
         d_y_all.index_add_(0, packing.last, d_h_final[:running].to(dtype))
         if ctx.proj_clip is not None:
             output_mask = outputs.abs() < ctx.proj_clip
@@ -323,7 +339,8 @@ class _TrainingTimeLoop(torch.autograd.Function):
         if ctx.cell_clip is not None:
             d_c[:running].mul_(cells.index_select(0, packing.last).abs() < ctx.cell_clip)
         d_h0 = d_h_final.to(dtype, copy=True)
-        d_gates = sigmoids.new_empty(sigmoids.shape, dtype=product_dtype)
+        d_gates = sigmoids.new_empty(padded, sigmoids.shape[1], dtype=product_dtype)
+        d_gates[packing.rows :].zero_()
         recurrent = recurrent_t.t().to(product_dtype)
         projection_low = projection.to(product_dtype)
         cell_dim = cells.shape[1]
@@ -347,7 +364,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
             else:
                 d_h0[:n] = d_gates[step] @ recurrent
             torch.mul(d_cell, factors.carry[step], out=d_c[:n])
-        previous_h = torch.cat([h0[: packing.batch_sizes[0]], outputs]).index_select(0, packing.previous)
+        previous_h = pad_rows(torch.cat([h0[: packing.batch_sizes[0]], outputs]).index_select(0, packing.previous), padded)
         d_recurrent = previous_h.to(product_dtype).t() @ d_gates
         d_projection = d_y_all.to(product_dtype).t() @ unprojected if projected else None
         grads = [d_gates, d_recurrent, d_projection, d_h0, d_c]

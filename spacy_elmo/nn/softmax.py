@@ -14,6 +14,8 @@ from typing import Tuple
 import torch
 from torch import nn
 
+from .shapes import pad_rows, rounded_rows
+
 EVAL_ROWS = 1024
 """Rows per chunk of an evaluation-time softmax."""
 
@@ -150,7 +152,7 @@ class SampledLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, hit_rows, hit_columns):
-        product = hidden @ weight.t()
+        product = (pad_rows(hidden, rounded_rows(len(hidden))) @ weight.t())[: len(hidden)]  # recurring shapes (`shapes`)
         logits = product.to(torch.promote_types(product.dtype, torch.float32)).add_(bias)
         logits[hit_rows, hit_columns] = float("-inf")
         top = logits.amax(1, keepdim=True).clamp_min(torch.finfo(logits.dtype).min)
