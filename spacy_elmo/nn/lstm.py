@@ -7,7 +7,8 @@ all steps are stored one step after the other (as in a `PackedSequence`). The in
 projection is one matrix product over all packed rows; the loop only does the recurrent
 product and the gate arithmetic. In training, a hand-written backward pass through time
 leaves the weight gradients to one matrix product each; under bf16 autocast the loop's
-matrix products take bfloat16 operands while its state and gate arithmetic stay float32.
+matrix products take bfloat16 operands while its state and gate arithmetic stay float32,
+and the products over all packed rows run over a rounded row count (`shapes`).
 """
 
 from typing import List, NamedTuple, Optional, Tuple
@@ -15,7 +16,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import nn
 
-from .shapes import pad_index, pad_rows
+from .shapes import pad_rows, repeat_first_row, rounded_rows, rounding_pays
 
 LSTMState = Tuple[torch.Tensor, torch.Tensor]
 """(h, c): h is (batch, output_dim), c is (batch, cell_dim)."""
@@ -78,13 +79,14 @@ class ProjectedLSTM(nn.Module):
         h, c = state if state is not None else self.zero_state(batch, inputs)
         weights = self._gate_weights()
         rows = packed_rows(batch_sizes, batch, inputs.device)
-        flat = inputs.transpose(0, 1).reshape(time * batch, -1)
-        if torch.is_grad_enabled():  # packed rows padded to a recurring count (`shapes`)
-            input_gates = self._input_gates(flat.index_select(0, pad_index(rows)), weights)
+        selected = rows
+        if torch.is_grad_enabled() and rounding_pays(inputs.device):  # a recurring row count (`shapes`)
+            selected = repeat_first_row(rows, rounded_rows(len(rows)))
+        input_gates = self._input_gates(inputs.transpose(0, 1).reshape(time * batch, -1).index_select(0, selected), weights)
+        if torch.is_grad_enabled():
             projection = self.projection if self.projection is not None else input_gates.new_empty(0)
             packed, h, c = _TrainingTimeLoop.apply(self, batch_sizes, input_gates, weights[1], projection, h, c)
         else:
-            input_gates = self._input_gates(flat.index_select(0, rows), weights)
             packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights[1])
         outputs = packed.new_zeros(time * batch, self.output_dim).index_copy(0, rows, packed)
         return outputs.view(time, batch, -1).transpose(0, 1), (h, c)
@@ -175,7 +177,7 @@ class _Packing(NamedTuple):
     @property
     def rows(self) -> int:
         """How many packed rows there are."""
-        return self.offsets[-1] + self.batch_sizes[-1] if self.batch_sizes else 0
+        return sum(self.batch_sizes)
 
 
 def _packing(batch_sizes: List[int], device: torch.device) -> _Packing:
@@ -364,8 +366,8 @@ class _TrainingTimeLoop(torch.autograd.Function):
             else:
                 d_h0[:n] = d_gates[step] @ recurrent
             torch.mul(d_cell, factors.carry[step], out=d_c[:n])
-        previous_h = pad_rows(torch.cat([h0[: packing.batch_sizes[0]], outputs]).index_select(0, packing.previous), padded)
-        d_recurrent = previous_h.to(product_dtype).t() @ d_gates
+        previous_h = pad_rows(torch.cat([h0[: packing.batch_sizes[0]], outputs]).index_select(0, packing.previous).to(product_dtype), padded)
+        d_recurrent = previous_h.t() @ d_gates
         d_projection = d_y_all.to(product_dtype).t() @ unprojected if projected else None
         grads = [d_gates, d_recurrent, d_projection, d_h0, d_c]
         grads = [grad.to(wanted) if grad is not None else None for grad, wanted in zip(grads, ctx.dtypes)]

@@ -1,4 +1,4 @@
-"""Row counts of training products rounded up, so that matrix-product shapes repeat.
+"""Row counts of bf16 training products rounded up, so that matrix-product shapes repeat.
 
 On the CPU, PyTorch runs bfloat16 matrix products through oneDNN, which compiles a kernel
 for every new shape (1-2 ms each, page faults included) and keeps the most recent ones.
@@ -6,13 +6,22 @@ A training batch's token count, its number of distinct tokens and its packed LST
 differ from one batch to the next, so the products over them (the LSTM's input product
 and weight gradients, the char-CNN and highways, the sampled softmax) met a new shape at
 almost every step: some 30 compilations a step. Rounded up to a multiple of
-`ROW_MULTIPLE`, a few shapes recur. Padding rows are zeros (or copies of a real row) whose
-results are dropped and whose gradients are zero, so results do not change.
+`ROW_MULTIPLE`, a few shapes recur. Padding rows are zeros or copies of a real row; their
+results are dropped and their gradients are exactly zero, so values agree with the
+unpadded products up to rounding. fp32 products go to MKL, which compiles nothing per
+shape: there padding would only add work, and rows are not rounded.
 """
+
+from typing import Optional
 
 import torch
 
 ROW_MULTIPLE = 64
+
+
+def rounding_pays(device: torch.device) -> bool:
+    """Whether products on `device` run here in bf16 through oneDNN: under bf16 autocast on the CPU."""
+    return device.type == "cpu" and _cpu_autocast_dtype() == torch.bfloat16
 
 
 def rounded_rows(n: int) -> int:
@@ -27,11 +36,15 @@ def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([x, x.new_zeros(rows - len(x), *x.shape[1:])])
 
 
-def pad_index(index: torch.Tensor) -> torch.Tensor:
-    """(n,) row indices -> (rounded_rows(n),): `index` with its first entry repeated after
-    it (0 if empty): selecting with it gives the same rows plus copies of the first."""
-    missing = rounded_rows(len(index)) - len(index)
-    if not missing:
-        return index
-    first = index[:1] if len(index) else index.new_zeros(1)
-    return torch.cat([index, first.expand(missing)])
+def repeat_first_row(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """(n, ...) -> (rows, ...): `x` with copies of its first row appended (`x` itself if n == rows)."""
+    if len(x) == rows:
+        return x
+    return torch.cat([x, x[:1].expand(rows - len(x), *x.shape[1:])])
+
+
+def _cpu_autocast_dtype() -> Optional[torch.dtype]:
+    """The dtype CPU autocast runs products in, None when it is off."""
+    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
+        return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+    return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None

@@ -14,7 +14,7 @@ from torch import nn
 
 from .chars import N_CHARACTER_IDS, PADDING, begin_of_sentence_ids, end_of_sentence_ids, token_to_char_ids
 from .config import BiLMConfig
-from .shapes import pad_index
+from .shapes import repeat_first_row, rounded_rows, rounding_pays
 
 PADDING_ID = PADDING + 1
 TOKENS_PER_CHUNK = 256
@@ -111,16 +111,16 @@ class TokenEncoder(nn.Module):
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         """(..., n_chars) int64 -> (..., projection_dim). Each distinct token is encoded
-        once (a training batch of 2,048 tokens holds about 900 types; with gradients, their
-        count is padded with copies of one of them, see `shapes`); backward sums the
+        once (a training batch of 2,048 tokens holds about 900 types; in bf16 training, their
+        count is rounded up with copies of one of them, see `shapes`); backward sums the
         gradients of its repeats."""
         leading = char_ids.shape[:-1]
         flat = char_ids.reshape(-1, char_ids.shape[-1])
         inverse = None
         if flat.shape[0] > 1:
             flat, inverse = torch.unique(flat, dim=0, return_inverse=True)
-            if torch.is_grad_enabled():  # a recurring number of rows for the products (`shapes`)
-                flat = flat.index_select(0, pad_index(torch.arange(len(flat), device=flat.device)))
+            if torch.is_grad_enabled() and rounding_pays(flat.device):  # a recurring row count (`shapes`)
+                flat = repeat_first_row(flat, rounded_rows(len(flat)))
         x = self._char_cnn(flat)
         for highway in self.highways:
             x = highway(x)
