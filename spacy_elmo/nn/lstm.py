@@ -16,7 +16,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import nn
 
-from .shapes import pad_rows, repeat_first_row, rounded_rows, rounding_pays
+from .shapes import pad_rows, product_rows, repeat_first_row
 
 LSTMState = Tuple[torch.Tensor, torch.Tensor]
 """(h, c): h is (batch, output_dim), c is (batch, cell_dim)."""
@@ -80,8 +80,8 @@ class ProjectedLSTM(nn.Module):
         weights = self._gate_weights()
         rows = packed_rows(batch_sizes, batch, inputs.device)
         selected = rows
-        if torch.is_grad_enabled() and rounding_pays(inputs.device):  # a recurring row count (`shapes`)
-            selected = repeat_first_row(rows, rounded_rows(len(rows)))
+        if torch.is_grad_enabled():  # a recurring row count (`shapes`)
+            selected = repeat_first_row(rows, product_rows(len(rows), inputs.device))
         input_gates = self._input_gates(inputs.transpose(0, 1).reshape(time * batch, -1).index_select(0, selected), weights)
         if torch.is_grad_enabled():
             projection = self.projection if self.projection is not None else input_gates.new_empty(0)

@@ -24,6 +24,12 @@ def rounding_pays(device: torch.device) -> bool:
     return device.type == "cpu" and _cpu_autocast_dtype() == torch.bfloat16
 
 
+def product_rows(n: int, device: torch.device) -> int:
+    """How many rows products over `n` rows on `device` run over: `n` rounded up where that
+    pays (`rounding_pays`), else `n`."""
+    return rounded_rows(n) if rounding_pays(device) else n
+
+
 def rounded_rows(n: int) -> int:
     """`n` rounded up to a multiple of `ROW_MULTIPLE`."""
     return -(-n // ROW_MULTIPLE) * ROW_MULTIPLE

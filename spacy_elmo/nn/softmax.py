@@ -14,7 +14,7 @@ from typing import Tuple
 import torch
 from torch import nn
 
-from .shapes import pad_rows, rounded_rows, rounding_pays
+from .shapes import pad_rows, product_rows
 
 EVAL_ROWS = 1024
 """Rows per chunk of an evaluation-time softmax."""
@@ -152,7 +152,7 @@ class SampledLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, hit_rows, hit_columns):
-        rows = rounded_rows(len(hidden)) if rounding_pays(hidden.device) else len(hidden)  # a recurring row count (`shapes`)
+        rows = product_rows(len(hidden), hidden.device)  # a recurring row count (`shapes`)
         product = (pad_rows(hidden, rows) @ weight.t())[: len(hidden)]
         logits = product.to(torch.promote_types(product.dtype, torch.float32)).add_(bias)
         logits[hit_rows, hit_columns] = float("-inf")

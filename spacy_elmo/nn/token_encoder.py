@@ -14,7 +14,7 @@ from torch import nn
 
 from .chars import N_CHARACTER_IDS, PADDING, begin_of_sentence_ids, end_of_sentence_ids, token_to_char_ids
 from .config import BiLMConfig
-from .shapes import repeat_first_row, rounded_rows, rounding_pays
+from .shapes import product_rows, repeat_first_row
 
 PADDING_ID = PADDING + 1
 TOKENS_PER_CHUNK = 256
@@ -119,8 +119,8 @@ class TokenEncoder(nn.Module):
         inverse = None
         if flat.shape[0] > 1:
             flat, inverse = torch.unique(flat, dim=0, return_inverse=True)
-            if torch.is_grad_enabled() and rounding_pays(flat.device):  # a recurring row count (`shapes`)
-                flat = repeat_first_row(flat, rounded_rows(len(flat)))
+            if torch.is_grad_enabled():  # a recurring row count (`shapes`)
+                flat = repeat_first_row(flat, product_rows(len(flat), flat.device))
         x = self._char_cnn(flat)
         for highway in self.highways:
             x = highway(x)
