@@ -78,14 +78,18 @@ class ScheduleSettings:
     warmup_steps: NotNegative = 0
     """The learning rate rises linearly from 0 over these steps."""
     decay: Literal["constant", "linear", "inverse_sqrt"] = "constant"
-    """After warmup: "constant", "linear" (to `final_fraction` at the end of `horizon`) or
-    "inverse_sqrt" (proportional to 1/sqrt(step))."""
+    """After warmup: "constant", "linear" (from `decay_start` of `horizon` to
+    `final_fraction` at its end) or "inverse_sqrt" (proportional to 1/sqrt(step))."""
     horizon: Literal["steps", "seconds"] = "steps"
     """What a linear decay spans: training.max_steps (after warmup) or training.max_seconds
     (the clock, from the run's start, warmup included). A decay over seconds follows the
     machine: on a slower or busier one it takes fewer steps at other rates, and a resumed
     run is not bitwise the uninterrupted one."""
     final_fraction: Annotated[Number, Field(ge=0, le=1)] = 0.0
+    decay_start: Annotated[Number, Field(ge=0, lt=1)] = 0.0
+    """Share of the horizon spent at the full rate before a linear decay begins: 0 decays
+    from the start, 0.8 holds the rate for 80% of the budget and decays over the last 20%
+    (a warmup-stable-decay schedule)."""
 
     @property
     def budget_key(self) -> str:

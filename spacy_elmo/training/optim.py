@@ -34,8 +34,8 @@ def make_optimizer(settings: OptimizerSettings, parameters: Iterable[torch.nn.Pa
 def learning_rate_factor(schedule: ScheduleSettings, training: TrainingSettings, step: int, elapsed: float) -> float:
     """Multiplier of the base learning rate for optimizer step `step` (1-based), taken
     `elapsed` seconds into the run. A linear decay spans the budget `schedule.budget_key`
-    names: the steps after warmup out of `max_steps - warmup_steps`, or the seconds out of
-    `max_seconds`."""
+    names (the steps after warmup out of `max_steps - warmup_steps`, or the seconds out of
+    `max_seconds`) from its share `decay_start` to its end."""
     if schedule.warmup_steps and step <= schedule.warmup_steps:
         return step / schedule.warmup_steps
     if schedule.decay == "inverse_sqrt":
@@ -46,5 +46,6 @@ def learning_rate_factor(schedule: ScheduleSettings, training: TrainingSettings,
             spent = elapsed / max(budget, 1e-9)
         else:
             spent = (step - schedule.warmup_steps) / max(budget - schedule.warmup_steps, 1)
-        return 1.0 - (1.0 - schedule.final_fraction) * min(max(spent, 0.0), 1.0)
+        decayed = (spent - schedule.decay_start) / (1.0 - schedule.decay_start)
+        return 1.0 - (1.0 - schedule.final_fraction) * min(max(decayed, 0.0), 1.0)
     return 1.0

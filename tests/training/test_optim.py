@@ -41,6 +41,19 @@ def test_a_linear_decay_spans_its_horizon_only():
     assert learning_rate_factor(ScheduleSettings(decay="constant"), training, 75, elapsed=150.0) == 1.0
 
 
+def test_a_decay_start_holds_the_rate_then_decays_over_the_rest_of_the_horizon():
+    schedule = ScheduleSettings(warmup_steps=10, decay="linear", decay_start=0.8, final_fraction=0.0)
+    training = TrainingSettings(max_steps=110)
+    assert [learning_rate_factor(schedule, training, s, 0.0) for s in (5, 10, 60, 90)] == [0.5, 1.0, 1.0, 1.0]
+    assert learning_rate_factor(schedule, training, 100, 0.0) == pytest.approx(0.5)
+    assert learning_rate_factor(schedule, training, 110, 0.0) == pytest.approx(0.0)
+    over_seconds = ScheduleSettings(decay="linear", horizon="seconds", decay_start=0.75, final_fraction=0.2)
+    seconds = TrainingSettings(max_seconds=900.0)
+    assert learning_rate_factor(over_seconds, seconds, 50, elapsed=600.0) == 1.0
+    assert learning_rate_factor(over_seconds, seconds, 50, elapsed=787.5) == pytest.approx(0.6)
+    assert learning_rate_factor(over_seconds, seconds, 50, elapsed=2000.0) == pytest.approx(0.2)
+
+
 def test_inverse_sqrt_decay_after_warmup():
     schedule = ScheduleSettings(warmup_steps=100, decay="inverse_sqrt")
     training = TrainingSettings(max_epochs=1)
