@@ -10,15 +10,16 @@ Run by hand after `spacy project run corpus`:
         --trial base --trial lr4 optimizer.learning_rate=0.004
 
 Every trial runs `python -m spacy_elmo pretrain` with `training.max_steps=STEPS` (and no
-time limit), or with `training.max_seconds=SECONDS` (and no step limit), its own seed and
-thread count, into OUT_DIR/NAME (a trial that finished already is read back, an
-interrupted one resumes). A step budget makes trials comparable however busy the machine
-is; a wall-clock budget compares what each trial reaches in the same time, fair only
-among trials that run side by side on a machine nothing else uses. `tokens/s` is
-measured while the other trials ran too, so it is comparable only within one sweep.
-The table (also OUT_DIR/sweep.md and sweep.json) gives the steps, training tokens, wall
-time, tokens/s and the dev perplexity of each evaluation. Dev perplexities are comparable
-only between trials with the same vocabulary (the same corpus).
+time limit), or with `training.max_seconds=SECONDS` (and no step limit), a linear decay
+spanning that budget (`schedule.horizon`), its own seed and thread count, into
+OUT_DIR/NAME (a trial that finished already is read back, an interrupted one resumes). A
+step budget makes trials comparable however busy the machine is; a wall-clock budget
+compares what each trial reaches in the same time, fair only among trials that run side by
+side on a machine nothing else uses. `tokens/s` is measured while the other trials ran
+too, so it is comparable only within one sweep. The table (also OUT_DIR/sweep.md and
+sweep.json) gives the steps, training tokens, wall time, tokens/s and the dev perplexity
+of each evaluation. Dev perplexities are comparable only between trials with the same
+vocabulary (the same corpus).
 """
 
 import argparse
@@ -60,6 +61,7 @@ def command(name: str, overrides: List[str], args: argparse.Namespace) -> List[s
         "paths.corpus": str(args.corpus),
         "training.max_steps": "0" if args.seconds else str(args.steps),
         "training.max_seconds": str(args.seconds),
+        "schedule.horizon": "seconds" if args.seconds else "steps",
         "training.seed": str(args.seed),
         "training.num_threads": str(args.threads),
     }

@@ -88,6 +88,7 @@ def tiny_pretrain_overrides(corpus_dir: Path, **training) -> dict:
         "head.type": "full",
         "optimizer.learning_rate": 0.01,
         "schedule.warmup_steps": 0,
+        "schedule.decay": "constant",  # the demo's decay spans max_seconds, which is off here
         "batching.tokens_per_batch": 256,
         "batching.bucket_batches": 4,
         "training.max_seconds": 0,

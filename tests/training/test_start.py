@@ -10,7 +10,7 @@ from spacy_elmo.training.config import load_config
 from spacy_elmo.training.start import FoundTraining, StartMode, find_training, plan_start
 
 CORPUS = {"vocab": "aa", "shards": ["bb"]}
-CONFIG = load_config(DEMO_PRETRAIN_CONFIG)
+CONFIG = load_config(DEMO_PRETRAIN_CONFIG, {"schedule.decay": "constant"})  # any budget may change on resume
 
 
 def checkpoint_of(config=CONFIG, world_size=1, corpus=CORPUS):
@@ -65,7 +65,7 @@ def test_resume_refuses_what_does_not_fit(checkpoint, config, message):
 
 
 def test_a_linear_decay_pins_its_horizon_only():
-    over_steps = load_config(DEMO_PRETRAIN_CONFIG, {"schedule.decay": "linear", "training.max_steps": 100})
+    over_steps = load_config(DEMO_PRETRAIN_CONFIG, {"schedule.decay": "linear", "schedule.horizon": "steps", "training.max_steps": 100})
     with pytest.raises(ValueError, match="\\[training\\] max_steps was 100, is now 200"):
         plan_start(with_training(over_steps, max_steps=200), StartMode.RESUME, found(checkpoint_of(over_steps)), CORPUS, 1)
     assert plan_start(with_training(over_steps, max_seconds=5.0), StartMode.RESUME, found(checkpoint_of(over_steps)), CORPUS, 1).checkpoint
