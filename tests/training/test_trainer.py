@@ -165,22 +165,33 @@ def test_init_from_public_weights(toy_corpus, tmp_path):
         pretrain(needless_options, tmp_path / "other", progress_bar=False)
 
 
-def test_a_linear_decay_over_seconds_lowers_the_rate_with_the_clock(toy_corpus, tmp_path):
-    overrides = {"schedule.decay": "linear", "schedule.horizon": "seconds"}
+@pytest.mark.parametrize("decay_start", [0.0, 0.5])
+def test_a_linear_decay_over_seconds_lowers_the_rate_with_the_clock(toy_corpus, tmp_path, decay_start):
+    overrides = {"schedule.decay": "linear", "schedule.horizon": "seconds", "schedule.decay_start": decay_start}
     config = with_overrides(toy_corpus, overrides, max_steps=0, max_seconds=2.0, eval_every=10_000, checkpoint_every=10_000)
     pretrain(config, tmp_path / "out", progress_bar=False)
     logged = [(r["elapsed_seconds"], r["learning_rate"]) for r in metric_records(tmp_path / "out") if "learning_rate" in r]
     rates = [rate for _, rate in logged]
     assert len(rates) > 3 and rates == sorted(rates, reverse=True) and rates[0] > rates[-1]
+
+    def rate_at(seconds: float) -> float:
+        return 0.01 * (1 - min(max((seconds / 2.0 - decay_start) / (1 - decay_start), 0.0), 1.0))
+
     # a step's rate is set from the clock when it starts: after the previous line, before its own
     for (before, _), (after, rate) in zip(logged, logged[1:]):
-        assert 0.01 * (1 - after / 2.0) - 1e-12 <= rate <= 0.01 * (1 - before / 2.0) + 1e-12
+        assert rate_at(after) - 1e-12 <= rate <= rate_at(before) + 1e-12
+    first_half = [rate for seconds, rate in logged if seconds < 1.0]
+    assert len(first_half) > 1
+    if decay_start == 0.5:
+        assert first_half == [0.01] * len(first_half)  # held for the first half of the budget
+    else:
+        assert first_half[-1] < 0.01
 
 
 def test_resume_refuses_a_changed_corpus_or_a_moved_linear_schedule(toy_corpus, tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(toy_corpus, corpus)
-    linear = {"schedule.decay": "linear"}
+    linear = {"schedule.decay": "linear", "schedule.horizon": "steps"}
     pretrain(with_overrides(corpus, linear, max_steps=3), tmp_path / "out", progress_bar=False)
     with pytest.raises(ValueError, match="cannot resume: \\[training\\] max_steps was 3, is now 6"):
         pretrain(with_overrides(corpus, linear, max_steps=6), tmp_path / "out", resume=True, progress_bar=False)
