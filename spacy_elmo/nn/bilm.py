@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .config import BiLMConfig
-from .lstm import LSTMState, ProjectedLSTM
+from .lstm import LSTMState, ProjectedLSTM, run_layers
 from .token_encoder import TokenEncoder
 from .word_encoder import WordEncoder
 
@@ -61,17 +61,32 @@ class LSTMStack(nn.Module):
         """(batch, time, P) sorted by length -> n_layers outputs (batch, time, P) and each
         layer's final (h, c). `dropout` (training) applies to each layer's input, and the
         residual adds the dropped input, as bilm-tf's DropoutWrapper(ResidualWrapper(cell))."""
-        outputs, finals = [], []
-        x = inputs
-        for index, layer in enumerate(self.layers):
-            layer_input = nn.functional.dropout(x, dropout) if dropout else x
-            y, final = layer(layer_input, batch_sizes, state[index] if state is not None else None)
-            if self.use_skip_connections and index > 0:
-                y = y + layer_input
-            outputs.append(y)
-            finals.append(final)
-            x = y
-        return outputs, finals
+        return run_stacks([self], [inputs], batch_sizes, [state], dropout)[0]
+
+
+def run_stacks(
+    stacks: Sequence[LSTMStack],
+    inputs: Sequence[torch.Tensor],
+    batch_sizes: List[int],
+    states: Sequence[Optional[List[LSTMState]]],
+    dropout: float = 0.0,
+) -> List[Tuple[List[torch.Tensor], List[LSTMState]]]:
+    """`LSTMStack.forward` of each stack over its own input, with the same packing, layer
+    by layer: in training a layer's time loops of all stacks run side by side
+    (`run_layers`). Returns, per stack, its layers' outputs and final states."""
+    results: List[Tuple[List[torch.Tensor], List[LSTMState]]] = [([], []) for _ in stacks]
+    xs = list(inputs)
+    for index in range(len(stacks[0].layers)):
+        layer_inputs = [nn.functional.dropout(x, dropout) if dropout else x for x in xs]
+        layers = [cast(ProjectedLSTM, stack.layers[index]) for stack in stacks]
+        layer_states = [state[index] if state is not None else None for state in states]
+        for direction, (y, final) in enumerate(run_layers(layers, layer_inputs, batch_sizes, layer_states)):
+            if stacks[direction].use_skip_connections and index > 0:
+                y = y + layer_inputs[direction]
+            results[direction][0].append(y)
+            results[direction][1].append(final)
+            xs[direction] = y
+    return results
 
 
 def running_rows(sorted_lengths: Sequence[int], time: int) -> List[int]:
@@ -240,11 +255,11 @@ class BiLM(nn.Module):
         sorted_state = None
         if state is not None:
             sorted_state = [[(h[order], c[order]) for h, c in direction] for direction in state]
-        forward_layers, forward_final = self.forward_stack(framed, batch_sizes, sorted_state[0] if sorted_state else None, dropout)
-        backward_layers, backward_final = self.backward_stack(
-            reverse_within_length(framed, framed_lengths),
+        (forward_layers, forward_final), (backward_layers, backward_final) = run_stacks(
+            [self.forward_stack, self.backward_stack],
+            [framed, reverse_within_length(framed, framed_lengths)],
             batch_sizes,
-            sorted_state[1] if sorted_state else None,
+            [sorted_state[0], sorted_state[1]] if sorted_state else [None, None],
             dropout,
         )
         backward_layers = [reverse_within_length(y, framed_lengths) for y in backward_layers]

@@ -9,19 +9,23 @@ product and the gate arithmetic. In training, a hand-written backward pass throu
 leaves the weight gradients to one matrix product each; under bf16 autocast the loop's
 matrix products take bfloat16 operands while its state and gate arithmetic stay float32,
 and the products over all packed rows run over a rounded row count (`shapes`).
+`run_layers` trains several such layers over one packing (a biLM layer's two directions)
+in one time loop: each step's products for all of them are one batched product.
 """
 
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from .shapes import pad_rows, product_rows, repeat_first_row
+from .shapes import product_rows, repeat_first_row
 
 LSTMState = Tuple[torch.Tensor, torch.Tensor]
 """(h, c): h is (batch, output_dim), c is (batch, cell_dim)."""
 GateWeights = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """(input weight (4H, in), recurrent weight transposed (out, 4H), bias (4H,)), g rows doubled."""
+# The training loop runs D layers at once (D = 1, or a biLM layer's two directions): its
+# tensors have a leading dimension D, e.g. input gates (D, rows, 4H).
 
 
 class ProjectedLSTM(nn.Module):
@@ -75,21 +79,15 @@ class ProjectedLSTM(nn.Module):
         Returns outputs (batch, time, output_dim), zero past each row's length, and the
         final (h, c) of each row, taken at that row's last step.
         """
+        if torch.is_grad_enabled():
+            return _train_together([self], [inputs], batch_sizes, [state])[0]
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
         weights = self._gate_weights()
         rows = packed_rows(batch_sizes, batch, inputs.device)
-        selected = rows
-        if torch.is_grad_enabled():  # a recurring row count (`shapes`)
-            selected = repeat_first_row(rows, product_rows(len(rows), inputs.device))
-        input_gates = self._input_gates(inputs.transpose(0, 1).reshape(time * batch, -1).index_select(0, selected), weights)
-        if torch.is_grad_enabled():
-            projection = self.projection if self.projection is not None else input_gates.new_empty(0)
-            packed, h, c = _TrainingTimeLoop.apply(self, batch_sizes, input_gates, weights[1], projection, h, c)
-        else:
-            packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights[1])
-        outputs = packed.new_zeros(time * batch, self.output_dim).index_copy(0, rows, packed)
-        return outputs.view(time, batch, -1).transpose(0, 1), (h, c)
+        input_gates = self._input_gates(_packed(inputs, rows), weights)
+        packed, h, c = _run_time_loop(self, input_gates, h, c, batch_sizes, weights[1])
+        return _unpacked(packed, rows, batch, time), (h, c)
 
     def _gate_weights(self) -> GateWeights:
         """Input weight, transposed recurrent weight and bias, with the candidate (g) rows
@@ -124,11 +122,11 @@ class ProjectedLSTM(nn.Module):
     def _cell_update(
         self, gates: torch.Tensor, c: torch.Tensor, cells: Optional[torch.Tensor] = None, tanh_cells: Optional[torch.Tensor] = None
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The gate arithmetic of one step: gates (n, 4H) with g doubled (overwritten by
-        their sigmoids), previous cell (n, H) -> output gate o, new (clipped) cell and its
-        tanh, each (n, H); the cell and its tanh are written into `cells` and `tanh_cells`
-        when given."""
-        i, f, g, o = gates.sigmoid_().chunk(4, dim=1)
+        """The gate arithmetic of one step: gates (..., n, 4H) with g doubled (overwritten
+        by their sigmoids), previous cell (..., n, H) -> output gate o, new (clipped) cell
+        and its tanh, each (..., n, H); the cell and its tanh are written into `cells` and
+        `tanh_cells` when given."""
+        i, f, g, o = gates.sigmoid_().chunk(4, dim=-1)
         cell = torch.mul(f, c, out=cells).sub_(i).addcmul_(i, g, value=2.0)
         if self.cell_clip is not None:
             cell.clamp_(-self.cell_clip, self.cell_clip)
@@ -145,6 +143,53 @@ class ProjectedLSTM(nn.Module):
 def packed_rows(batch_sizes: List[int], batch: int, device: torch.device) -> torch.Tensor:
     """(sum(batch_sizes),) the time-major row (t * batch + r) of each packed row."""
     return torch.cat([torch.arange(n) + t * batch for t, n in enumerate(batch_sizes)]).to(device)
+
+
+def _packed(inputs: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """(batch, time, dim) -> (len(rows), dim): the time-major rows `rows` of `inputs`."""
+    batch, time, dim = inputs.shape
+    return inputs.transpose(0, 1).reshape(time * batch, dim).index_select(0, rows)
+
+
+def _unpacked(packed: torch.Tensor, rows: torch.Tensor, batch: int, time: int) -> torch.Tensor:
+    """Packed (len(rows), dim) -> (batch, time, dim), zero past each row's length."""
+    outputs = packed.new_zeros(time * batch, packed.shape[1]).index_copy(0, rows, packed)
+    return outputs.view(time, batch, -1).transpose(0, 1)
+
+
+def run_layers(
+    layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
+) -> List[Tuple[torch.Tensor, LSTMState]]:
+    """Each of `layers` (same shapes and clips) over its own input with the same packing,
+    as `layer(inputs, batch_sizes, state)` each: in training in one time loop whose
+    products are batched over the layers (`_TrainingTimeLoop`), in inference one after
+    the other."""
+    if torch.is_grad_enabled():
+        return _train_together(layers, inputs, batch_sizes, states)
+    return [layer(x, batch_sizes, state) for layer, x, state in zip(layers, inputs, states)]
+
+
+def _train_together(
+    layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
+) -> List[Tuple[torch.Tensor, LSTMState]]:
+    """The training pass of `run_layers`: the input products over a recurring row count
+    (`shapes`), batched over the layers, then one `_TrainingTimeLoop`."""
+    first = layers[0]
+    settings = [(layer.input_dim, layer.cell_dim, layer.output_dim, layer.projection is None, layer.cell_clip, layer.proj_clip) for layer in layers]
+    if len(set(settings)) > 1:
+        raise ValueError(f"layers trained in one time loop need the same shapes and clips, got {settings}")
+    batch, time, _ = inputs[0].shape
+    device = inputs[0].device
+    rows = packed_rows(batch_sizes, batch, device)
+    selected = repeat_first_row(rows, product_rows(len(rows), device))
+    input_weights, recurrent_ts, biases = (torch.stack(weights) for weights in zip(*(layer._gate_weights() for layer in layers)))
+    packed_inputs = torch.stack([_packed(x, selected) for x in inputs])  # (D, padded rows, in)
+    input_gates = torch.baddbmm(biases.unsqueeze(1), packed_inputs, input_weights.transpose(1, 2))  # (D, padded rows, 4H)
+    projections = torch.stack([layer.projection for layer in layers]) if first.projection is not None else input_gates.new_empty(0)
+    initial = [state if state is not None else layer.zero_state(batch, x) for layer, x, state in zip(layers, inputs, states)]
+    h0, c0 = (torch.stack(parts) for parts in zip(*initial))
+    packed, h, c = _TrainingTimeLoop.apply(first, batch_sizes, input_gates, recurrent_ts, projections, h0, c0)
+    return [(_unpacked(packed[d], rows, batch, time), (h[d], c[d])) for d in range(len(layers))]
 
 
 def _step_offsets(batch_sizes: List[int]) -> List[int]:
@@ -196,10 +241,10 @@ def _packing(batch_sizes: List[int], device: torch.device) -> _Packing:
 class _Record(NamedTuple):
     """What the backward pass of a time loop needs besides its outputs (packed rows)."""
 
-    sigmoids: torch.Tensor  # (rows, 4H): sigmoid of each step's gates, g doubled
-    cells: torch.Tensor  # (rows, H): each step's cell state, after clipping
-    tanh_cells: torch.Tensor  # (rows, H): tanh of the cells
-    unprojected: torch.Tensor  # (padded rows, H) o * tanh(c), the projection's input, in the products' dtype, zero past the rows; empty without projection
+    sigmoids: torch.Tensor  # (D, rows, 4H): sigmoid of each step's gates, g doubled
+    cells: torch.Tensor  # (D, rows, H): each step's cell state, after clipping
+    tanh_cells: torch.Tensor  # (D, rows, H): tanh of the cells
+    unprojected: torch.Tensor  # (D, padded rows, H) o * tanh(c), the projection's input, in the products' dtype, zero past the rows; empty without projection
 
 
 def _run_time_loop(
@@ -233,77 +278,82 @@ def _record_time_loop(
     projection: torch.Tensor,
     product_dtype: torch.dtype,
 ) -> Tuple[torch.Tensor, _Record]:
-    """The training time loop: the inference loop's gate arithmetic (`_cell_update`),
-    with every step's state written once into the record (no state copies). Gates, cells
-    and outputs are in the dtype of `input_gates`; the recurrent and projection products
-    take `product_dtype` operands (bfloat16 under autocast, else the same dtype). Packed input_gates (padded rows, 4H),
-    h0 (batch, P), c0 (batch, H), recurrent_t (P, 4H), projection (P, H) or empty ->
-    packed outputs (rows, P) and the record."""
-    padded, gate_dim = input_gates.shape
+    """The training time loop of D layers at once: the inference loop's gate arithmetic
+    (`_cell_update`), with every step's state written once into the record (no state
+    copies). Gates, cells and outputs are in the dtype of `input_gates`; the recurrent and
+    projection products take `product_dtype` operands (bfloat16 under autocast, else the
+    same dtype). Packed input_gates (D, padded rows, 4H), h0 (D, batch, P), c0 (D, batch, H),
+    recurrent_t (D, P, 4H), projection (D, P, H) or empty -> packed outputs (D, rows, P)
+    and the record."""
+    directions, padded, gate_dim = input_gates.shape
     rows = packing.rows
     cell_dim = gate_dim // 4
     projected = projection.numel() > 0
     record = _Record(
-        input_gates.new_empty(rows, gate_dim),
-        input_gates.new_empty(rows, cell_dim),
-        input_gates.new_empty(rows, cell_dim),
-        input_gates.new_empty(padded if projected else 0, cell_dim, dtype=product_dtype),
+        input_gates.new_empty(directions, rows, gate_dim),
+        input_gates.new_empty(directions, rows, cell_dim),
+        input_gates.new_empty(directions, rows, cell_dim),
+        input_gates.new_empty(directions, padded if projected else 0, cell_dim, dtype=product_dtype),
     )
-    record.unprojected[rows:].zero_()
-    outputs = input_gates.new_empty(rows, layer.output_dim)
+    record.unprojected[:, rows:].zero_()
+    outputs = input_gates.new_empty(directions, rows, layer.output_dim)
     low = product_dtype != input_gates.dtype
     recurrent_t = recurrent_t.to(product_dtype)
-    projection_t = projection.t().to(product_dtype)
+    projection_t = projection.transpose(1, 2).to(product_dtype) if projected else projection
     h_previous = h0.to(product_dtype)
     for t, n in enumerate(packing.batch_sizes):
         step = packing.step(t)
-        c_previous = c0[:n] if t == 0 else record.cells[packing.step(t - 1)][:n]
-        gates = record.sigmoids[step]
+        c_previous = c0[:, :n] if t == 0 else record.cells[:, packing.step(t - 1)][:, :n]
+        gates = record.sigmoids[:, step]
         if low:
-            torch.add(input_gates[step], h_previous[:n] @ recurrent_t, out=gates)
+            torch.add(input_gates[:, step], torch.bmm(h_previous[:, :n], recurrent_t), out=gates)
         else:
-            torch.addmm(input_gates[step], h_previous[:n], recurrent_t, out=gates)
-        o, _, tanh_cell = layer._cell_update(gates, c_previous, record.cells[step], record.tanh_cells[step])
+            torch.baddbmm(input_gates[:, step], h_previous[:, :n], recurrent_t, out=gates)
+        o, _, tanh_cell = layer._cell_update(gates, c_previous, record.cells[:, step], record.tanh_cells[:, step])
         if not projected:
-            h_previous = torch.mul(o, tanh_cell, out=outputs[step]).to(product_dtype)
+            h_previous = torch.mul(o, tanh_cell, out=outputs[:, step]).to(product_dtype)
             continue
-        unprojected = torch.mul(o, tanh_cell, out=record.unprojected[step])
+        unprojected = torch.mul(o, tanh_cell, out=record.unprojected[:, step])
         if low:
-            outputs[step] = unprojected @ projection_t
+            outputs[:, step] = torch.bmm(unprojected, projection_t)
         else:
-            torch.mm(unprojected, projection_t, out=outputs[step])
+            torch.bmm(unprojected, projection_t, out=outputs[:, step])
         if layer.proj_clip is not None:  # in the outputs' dtype: a bf16 bound would be rounded
-            outputs[step].clamp_(-layer.proj_clip, layer.proj_clip)
-        h_previous = outputs[step].to(product_dtype)
+            outputs[:, step].clamp_(-layer.proj_clip, layer.proj_clip)
+        h_previous = outputs[:, step].to(product_dtype)
     return outputs, record
 
 
 def _final_state(packed: torch.Tensor, initial: torch.Tensor, packing: _Packing) -> torch.Tensor:
-    """(batch, dim): each row's value at its last step, its initial value if it never ran."""
+    """(D, batch, dim): each row's value at its last step, its initial value if it never ran."""
     final = initial.clone()
-    final[: len(packing.last)] = packed.index_select(0, packing.last)
+    final[:, : len(packing.last)] = packed.index_select(1, packing.last)
     return final
 
 
 class _TrainingTimeLoop(torch.autograd.Function):
-    """The differentiable time loop of a `ProjectedLSTM`, with a hand-written backward
-    pass through time. The forward pass records each step's gate sigmoids, cells and their
-    tanh. The backward pass first computes, over all packed rows at once, every factor
-    that does not depend on the incoming gradient (the gates' derivatives times what
-    multiplies them, the clipping masks), so that its per-step recurrence is seven
-    operations; the weight gradients are one matrix product each over all packed rows.
-    Gate arithmetic and state run in float32 (float64 for float64 inputs); under bf16
-    autocast, whose input gates arrive in bfloat16, the recurrent and projection products
-    take bfloat16 operands (bf16 matrix products are 2-4x faster where the CPU has
-    AVX512-BF16 or AMX). Tested against autograd through a naive cell and against finite
-    differences."""
+    """The differentiable time loop of D `ProjectedLSTM`s of the same shapes and clips over
+    one packing (D = 1, or a biLM layer's two directions), with a hand-written backward
+    pass through time. Every product of a step is one batched product over the D layers
+    (two directions: 0.66x the time of two products for the recurrent one in bf16).
+
+    The forward pass records each step's gate sigmoids, cells and their tanh. The backward
+    pass first computes, over all packed rows at once, every factor that does not depend
+    on the incoming gradient (the gates' derivatives times what multiplies them, the
+    clipping masks), so that its per-step recurrence is seven operations; the weight
+    gradients are one matrix product each over all packed rows. Gate arithmetic and state
+    run in float32 (float64 for float64 inputs); under bf16 autocast, whose input gates
+    arrive in bfloat16, the recurrent and projection products take bfloat16 operands (bf16
+    matrix products are 2-4x faster where the CPU has AVX512-BF16 or AMX). Tested against
+    autograd through a naive cell and against finite differences."""
 
     @staticmethod
     def forward(ctx, layer, batch_sizes, input_gates, recurrent_t, projection, h, c):
-        """Packed input_gates (padded rows, 4H: rows past sum(batch_sizes) are ignored and get
-        zero gradients), recurrent_t (P, 4H), projection (P, H) or empty, h (batch, P),
-        c (batch, H) -> packed outputs (rows, P), final h, final c. The weight gradients
-        run over the padded rows, so their shapes recur from batch to batch (`shapes`)."""
+        """Packed input_gates (D, padded rows, 4H: rows past sum(batch_sizes) are ignored
+        and get zero gradients), recurrent_t (D, P, 4H), projection (D, P, H) or empty,
+        h (D, batch, P), c (D, batch, H) -> packed outputs (D, rows, P), final h, final c.
+        `layer` gives the clips. The weight gradients run over the padded rows, so their
+        shapes recur from batch to batch (`shapes`)."""
         ctx.dtypes = [t.dtype for t in (input_gates, recurrent_t, projection, h, c)]
         dtype = torch.promote_types(input_gates.dtype, torch.float32)
         product_dtype = torch.bfloat16 if input_gates.dtype == torch.bfloat16 else dtype
@@ -312,7 +362,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
         with torch.autocast(input_gates.device.type, enabled=False):
             outputs, record = _record_time_loop(layer, input_gates, h, c, packing, recurrent_t, projection, product_dtype)
         ctx.packing = packing
-        ctx.padded_rows = len(input_gates)
+        ctx.padded_rows = input_gates.shape[1]
         ctx.product_dtype = product_dtype
         ctx.cell_clip = layer.cell_clip
         ctx.proj_clip = layer.proj_clip if projection.numel() else None
@@ -328,47 +378,48 @@ class _TrainingTimeLoop(torch.autograd.Function):
         low = product_dtype != dtype
         projected = projection.numel() > 0
         running = len(packing.last)
+        directions, rows, cell_dim = cells.shape
         factors = _gradient_factors(sigmoids, cells, tanh_cells, c0, packing, ctx.cell_clip)
         # d_outputs becomes, step by step, the gradient at each step's projection output
         # (recurrent gradient added, clipping mask applied): the projection's gradient.
         padded = ctx.padded_rows
-        d_y_all = d_outputs.new_zeros(padded, d_outputs.shape[1], dtype=dtype)
-        d_y_all[: packing.rows] = d_outputs
-        d_y_all.index_add_(0, packing.last, d_h_final[:running].to(dtype))
+        d_y_all = d_outputs.new_zeros(directions, padded, d_outputs.shape[2], dtype=dtype)
+        d_y_all[:, :rows] = d_outputs
+        d_y_all.index_add_(1, packing.last, d_h_final[:, :running].to(dtype))
         if ctx.proj_clip is not None:
             output_mask = outputs.abs() < ctx.proj_clip
         d_c = d_c_final.to(dtype, copy=True)  # the gradient at each row's cell, times its clip mask
         if ctx.cell_clip is not None:
-            d_c[:running].mul_(cells.index_select(0, packing.last).abs() < ctx.cell_clip)
+            d_c[:, :running].mul_(cells.index_select(1, packing.last).abs() < ctx.cell_clip)
         d_h0 = d_h_final.to(dtype, copy=True)
-        d_gates = sigmoids.new_empty(padded, sigmoids.shape[1], dtype=product_dtype)
-        d_gates[packing.rows :].zero_()
-        recurrent = recurrent_t.t().to(product_dtype)
+        d_gates = sigmoids.new_empty(directions, padded, sigmoids.shape[2], dtype=product_dtype)
+        d_gates[:, rows:].zero_()
+        recurrent = recurrent_t.transpose(1, 2).to(product_dtype)
         projection_low = projection.to(product_dtype)
-        cell_dim = cells.shape[1]
         for t in reversed(range(len(packing.batch_sizes))):
             n = packing.batch_sizes[t]
             step = packing.step(t)
-            d_y = d_y_all[step]
+            d_y = d_y_all[:, step]
             if ctx.proj_clip is not None:
-                d_y.mul_(output_mask[step])
-            d_unprojected = d_y.to(product_dtype) @ projection_low if projected else d_y
-            d_cell = torch.addcmul(d_c[:n], d_unprojected, factors.cell[step])
-            d_step = d_gates[step].view(n, 4, cell_dim)
-            torch.mul(factors.gates[step].view(n, 4, cell_dim)[:, :3], d_cell.unsqueeze(1), out=d_step[:, :3])
-            torch.mul(factors.gates[step, 3 * cell_dim :], d_unprojected, out=d_step[:, 3])
+                d_y.mul_(output_mask[:, step])
+            d_unprojected = torch.bmm(d_y.to(product_dtype), projection_low) if projected else d_y
+            d_cell = torch.addcmul(d_c[:, :n], d_unprojected, factors.cell[:, step])
+            d_step = d_gates[:, step].view(directions, n, 4, cell_dim)
+            torch.mul(factors.gates[:, step].view(directions, n, 4, cell_dim)[:, :, :3], d_cell.unsqueeze(2), out=d_step[:, :, :3])
+            torch.mul(factors.gates[:, step, 3 * cell_dim :], d_unprojected, out=d_step[:, :, 3])
             if t:
-                previous = d_y_all[packing.step(t - 1)][:n]
+                previous = d_y_all[:, packing.step(t - 1)][:, :n]
                 if low:
-                    previous.add_(d_gates[step] @ recurrent)
+                    previous.add_(torch.bmm(d_gates[:, step], recurrent))
                 else:
-                    torch.addmm(previous, d_gates[step], recurrent, out=previous)
+                    previous.baddbmm_(d_gates[:, step], recurrent)
             else:
-                d_h0[:n] = d_gates[step] @ recurrent
-            torch.mul(d_cell, factors.carry[step], out=d_c[:n])
-        previous_h = pad_rows(torch.cat([h0[: packing.batch_sizes[0]], outputs]).index_select(0, packing.previous).to(product_dtype), padded)
-        d_recurrent = previous_h.t() @ d_gates
-        d_projection = d_y_all.to(product_dtype).t() @ unprojected if projected else None
+                d_h0[:, :n] = torch.bmm(d_gates[:, step], recurrent)
+            torch.mul(d_cell, factors.carry[:, step], out=d_c[:, :n])
+        previous_h = d_gates.new_zeros(directions, padded, outputs.shape[2])
+        previous_h[:, :rows] = torch.cat([h0[:, : packing.batch_sizes[0]], outputs], dim=1).index_select(1, packing.previous)
+        d_recurrent = torch.bmm(previous_h.transpose(1, 2), d_gates)
+        d_projection = torch.bmm(d_y_all.to(product_dtype).transpose(1, 2), unprojected) if projected else None
         grads = [d_gates, d_recurrent, d_projection, d_h0, d_c]
         grads = [grad.to(wanted) if grad is not None else None for grad, wanted in zip(grads, ctx.dtypes)]
         return (None, None, *(grad if need else None for grad, need in zip(grads, ctx.needs_input_grad[2:])))
@@ -378,12 +429,12 @@ class _GradientFactors(NamedTuple):
     """Per packed row, what the backward pass multiplies the incoming gradient by."""
 
     gates: torch.Tensor
-    """(rows, 4H): d gate pre-activation / d cell before clipping for i, f, g, and
+    """(D, rows, 4H): d gate pre-activation / d cell before clipping for i, f, g, and
     d gate pre-activation / d (o * tanh c) for o."""
     cell: torch.Tensor
-    """(rows, H): d cell / d (o * tanh c) = o * (1 - tanh^2 c), times the clip mask."""
+    """(D, rows, H): d cell / d (o * tanh c) = o * (1 - tanh^2 c), times the clip mask."""
     carry: torch.Tensor
-    """(rows, H): d previous cell / d cell = f, times the previous cell's clip mask."""
+    """(D, rows, H): d previous cell / d cell = f, times the previous cell's clip mask."""
 
 
 def _gradient_factors(
@@ -395,11 +446,11 @@ def _gradient_factors(
     dc'/di = tanh(g), dc'/df = c_prev, dc'/dg = i, du/do = tanh(c), times each gate's
     sigmoid derivative s (1 - s) (tanh(g) = 2 sigmoid(2g) - 1, whose pre-activation is
     stored doubled: its derivative is 2 s (1 - s))."""
-    i, f, g, o = sigmoids.chunk(4, dim=1)
+    i, f, g, o = sigmoids.chunk(4, dim=-1)
     first_step = packing.batch_sizes[0]  # the rows of step 0, whose previous cell is c0
-    c_previous = torch.cat([c0[:first_step], cells]).index_select(0, packing.previous)
+    c_previous = torch.cat([c0[:, :first_step], cells], dim=1).index_select(1, packing.previous)
     gates = torch.addcmul(sigmoids, sigmoids, sigmoids, value=-1.0)  # s (1 - s)
-    d_i, d_f, d_g, d_o = gates.chunk(4, dim=1)
+    d_i, d_f, d_g, d_o = gates.chunk(4, dim=-1)
     d_i.mul_(g.mul(2.0).sub_(1.0))
     d_f.mul_(c_previous)
     d_g.mul_(i).mul_(2.0)
@@ -409,5 +460,5 @@ def _gradient_factors(
     if cell_clip is not None:
         mask = cells.abs() < cell_clip
         cell.mul_(mask)
-        carry[first_step:].mul_(mask.index_select(0, packing.previous[first_step:] - first_step))
+        carry[:, first_step:].mul_(mask.index_select(1, packing.previous[first_step:] - first_step))
     return _GradientFactors(gates, cell, carry)

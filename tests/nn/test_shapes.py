@@ -152,7 +152,7 @@ def test_padding_rows_of_the_training_loop_are_ignored_and_get_zero_gradients(ga
     results = []
     for input_gates in (gates, padded_gates):
         leaves = [t.clone().requires_grad_(True) for t in (input_gates, lstm._gate_weights()[1].detach(), lstm.projection.detach(), h0, c0)]
-        out, h, c = _TrainingTimeLoop.apply(lstm, batch_sizes, *leaves)
+        out, h, c = (t[0] for t in _TrainingTimeLoop.apply(lstm, batch_sizes, *(leaf.unsqueeze(0) for leaf in leaves)))
         ((out * out_weights).sum() + h.sum() + 2 * c.sum()).backward()
         results.append(([out, h, c], [leaf.grad for leaf in leaves]))
     (plain_values, plain_grads), (padded_values, padded_grads) = results
