@@ -174,7 +174,6 @@ def _train_together(
 ) -> List[Tuple[torch.Tensor, LSTMState]]:
     """The training pass of `run_layers`: the input products over a recurring row count
     (`shapes`), batched over the layers, then one `_TrainingTimeLoop`."""
-    first = layers[0]
     settings = [(layer.input_dim, layer.cell_dim, layer.output_dim, layer.projection is None, layer.cell_clip, layer.proj_clip) for layer in layers]
     if len(set(settings)) > 1:
         raise ValueError(f"layers trained in one time loop need the same shapes and clips, got {settings}")
@@ -185,10 +184,11 @@ def _train_together(
     input_weights, recurrent_ts, biases = (torch.stack(weights) for weights in zip(*(layer._gate_weights() for layer in layers)))
     packed_inputs = torch.stack([_packed(x, selected) for x in inputs])  # (D, padded rows, in)
     input_gates = torch.baddbmm(biases.unsqueeze(1), packed_inputs, input_weights.transpose(1, 2))  # (D, padded rows, 4H)
-    projections = torch.stack([layer.projection for layer in layers]) if first.projection is not None else input_gates.new_empty(0)
+    projections = [layer.projection for layer in layers if layer.projection is not None]  # all or none
+    projection = torch.stack(projections) if projections else input_gates.new_empty(0)
     initial = [state if state is not None else layer.zero_state(batch, x) for layer, x, state in zip(layers, inputs, states)]
     h0, c0 = (torch.stack(parts) for parts in zip(*initial))
-    packed, h, c = _TrainingTimeLoop.apply(first, batch_sizes, input_gates, recurrent_ts, projections, h0, c0)
+    packed, h, c = _TrainingTimeLoop.apply(layers[0], batch_sizes, input_gates, recurrent_ts, projection, h0, c0)
     return [(_unpacked(packed[d], rows, batch, time), (h[d], c[d])) for d in range(len(layers))]
 
 
