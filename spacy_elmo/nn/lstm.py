@@ -184,7 +184,7 @@ def _train_together(
     input_weights, recurrent_ts, biases = (torch.stack(weights) for weights in zip(*(layer._gate_weights() for layer in layers)))
     packed_inputs = torch.stack([_packed(x, selected) for x in inputs])  # (D, padded rows, in)
     input_gates = torch.baddbmm(biases.unsqueeze(1), packed_inputs, input_weights.transpose(1, 2))  # (D, padded rows, 4H)
-    projections = [layer.projection for layer in layers if layer.projection is not None]  # all or none
+    projections: List[torch.Tensor] = [layer.projection for layer in layers if layer.projection is not None]  # all or none
     projection = torch.stack(projections) if projections else input_gates.new_empty(0)
     initial = [state if state is not None else layer.zero_state(batch, x) for layer, x, state in zip(layers, inputs, states)]
     h0, c0 = (torch.stack(parts) for parts in zip(*initial))
