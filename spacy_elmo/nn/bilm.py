@@ -72,8 +72,10 @@ def run_stacks(
     dropout: float = 0.0,
 ) -> List[Tuple[List[torch.Tensor], List[LSTMState]]]:
     """`LSTMStack.forward` of each stack over its own input, with the same packing, layer
-    by layer: in training a layer's time loops of all stacks run side by side
-    (`run_layers`). Returns, per stack, its layers' outputs and final states."""
+    by layer: in training the layer of every stack runs in one time loop (`run_layers`).
+    Returns, per stack, its layers' outputs and final states."""
+    if len({len(stack.layers) for stack in stacks}) > 1:
+        raise ValueError(f"stacks run together need as many layers each, got {[len(stack.layers) for stack in stacks]}")
     results: List[Tuple[List[torch.Tensor], List[LSTMState]]] = [([], []) for _ in stacks]
     xs = list(inputs)
     for index in range(len(stacks[0].layers)):

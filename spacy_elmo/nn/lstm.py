@@ -25,12 +25,17 @@ LSTMState = Tuple[torch.Tensor, torch.Tensor]
 GateWeights = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """(input weight (4H, in), recurrent weight transposed (out, 4H), bias (4H,)), g rows doubled."""
 # The training loop runs D layers at once (D = 1, or a biLM layer's two directions): its
-# tensors have a leading dimension D, e.g. input gates (D, rows, 4H).
+# tensors have a leading dimension D, e.g. input gates (D, padded rows, 4H).
 
 
 class ProjectedLSTM(nn.Module):
     """Gate order i, f, g, o (PyTorch's). As in TensorFlow's LSTMCell, a constant
     `forget_bias` is added to the forget gate on top of the learned `bias`."""
+
+    differentiable = True
+    """Whether, with autograd recording, the layer runs the differentiable training loop
+    over its parameters (a subclass whose products are not differentiable, such as the
+    int8 one, runs its inference loop whatever the grad mode)."""
 
     def __init__(
         self,
@@ -79,8 +84,8 @@ class ProjectedLSTM(nn.Module):
         Returns outputs (batch, time, output_dim), zero past each row's length, and the
         final (h, c) of each row, taken at that row's last step.
         """
-        if torch.is_grad_enabled():
-            return _train_together([self], [inputs], batch_sizes, [state])[0]
+        if torch.is_grad_enabled() and self.differentiable:
+            return _run_in_one_loop([self], [inputs], batch_sizes, [state])[0]
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
         weights = self._gate_weights()
@@ -161,22 +166,24 @@ def run_layers(
     layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
 ) -> List[Tuple[torch.Tensor, LSTMState]]:
     """Each of `layers` (same shapes and clips) over its own input with the same packing,
-    as `layer(inputs, batch_sizes, state)` each: in training in one time loop whose
-    products are batched over the layers (`_TrainingTimeLoop`), in inference one after
-    the other."""
-    if torch.is_grad_enabled():
-        return _train_together(layers, inputs, batch_sizes, states)
+    as `layer(inputs, batch_sizes, state)` each: with autograd recording (training) in
+    one time loop whose products are batched over the layers (`_TrainingTimeLoop`), else
+    one after the other."""
+    settings = {
+        (type(layer), layer.input_dim, layer.cell_dim, layer.output_dim, layer.projection is None, layer.cell_clip, layer.proj_clip) for layer in layers
+    }
+    if len(settings) > 1:
+        raise ValueError(f"layers run together need the same kind, shapes and clips, got {sorted(settings, key=str)}")
+    if torch.is_grad_enabled() and layers[0].differentiable:
+        return _run_in_one_loop(layers, inputs, batch_sizes, states)
     return [layer(x, batch_sizes, state) for layer, x, state in zip(layers, inputs, states)]
 
 
-def _train_together(
+def _run_in_one_loop(
     layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
 ) -> List[Tuple[torch.Tensor, LSTMState]]:
-    """The training pass of `run_layers`: the input products over a recurring row count
-    (`shapes`), batched over the layers, then one `_TrainingTimeLoop`."""
-    settings = [(layer.input_dim, layer.cell_dim, layer.output_dim, layer.projection is None, layer.cell_clip, layer.proj_clip) for layer in layers]
-    if len(set(settings)) > 1:
-        raise ValueError(f"layers trained in one time loop need the same shapes and clips, got {settings}")
+    """The differentiable pass of `run_layers`: the input products over a recurring row
+    count (`shapes`), batched over the layers, then one `_TrainingTimeLoop`."""
     batch, time, _ = inputs[0].shape
     device = inputs[0].device
     rows = packed_rows(batch_sizes, batch, device)
@@ -189,7 +196,7 @@ def _train_together(
     initial = [state if state is not None else layer.zero_state(batch, x) for layer, x, state in zip(layers, inputs, states)]
     h0, c0 = (torch.stack(parts) for parts in zip(*initial))
     packed, h, c = _TrainingTimeLoop.apply(layers[0], batch_sizes, input_gates, recurrent_ts, projection, h0, c0)
-    return [(_unpacked(packed[d], rows, batch, time), (h[d], c[d])) for d in range(len(layers))]
+    return [(_unpacked(outputs, rows, batch, time), (final_h, final_c)) for outputs, final_h, final_c in zip(packed.unbind(0), h.unbind(0), c.unbind(0))]
 
 
 def _step_offsets(batch_sizes: List[int]) -> List[int]:
@@ -380,7 +387,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
         running = len(packing.last)
         directions, rows, cell_dim = cells.shape
         factors = _gradient_factors(sigmoids, cells, tanh_cells, c0, packing, ctx.cell_clip)
-        # d_outputs becomes, step by step, the gradient at each step's projection output
+        # d_y_all becomes, step by step, the gradient at each step's projection output
         # (recurrent gradient added, clipping mask applied): the projection's gradient.
         padded = ctx.padded_rows
         d_y_all = d_outputs.new_zeros(directions, padded, d_outputs.shape[2], dtype=dtype)

@@ -94,6 +94,8 @@ def _quantize_linears(module: nn.Module) -> nn.Module:
 class Int8ProjectedLSTM(ProjectedLSTM):
     """A `ProjectedLSTM` whose three matrix products run in int8; gates, clipping and state in fp32."""
 
+    differentiable = False
+
     def __init__(self, layer: ProjectedLSTM) -> None:
         projection_dim = layer.output_dim if layer.projection is not None else None
         super().__init__(layer.input_dim, layer.cell_dim, projection_dim, layer.cell_clip, layer.proj_clip, layer.forget_bias)

@@ -380,6 +380,33 @@ def test_gradients_reach_both_stacks_and_the_encoder():
     assert bilm.token_encoder.char_embedding.weight.grad.abs().sum() > 0
 
 
+def test_the_training_pass_equals_inference_with_a_state_of_its_own_per_direction_and_layer():
+    """With autograd recording, both stacks run layer by layer in one time loop
+    (`run_stacks`); inference runs each direction on its own. With dropout off and a
+    different explicit initial state for each direction and layer, the two agree on every
+    layer, every final state and the top states the language model trains on."""
+    bilm = make_bilm(seed=3, n_layers=3).double()
+    ids, lengths = encode(SENTENCES)
+    generator = torch.Generator().manual_seed(5)
+    state = [
+        [(torch.randn(4, P, generator=generator, dtype=torch.float64), torch.randn(4, 12, generator=generator, dtype=torch.float64)) for _ in range(3)]
+        for _ in range(2)
+    ]
+    with torch.no_grad():
+        inference = bilm(ids, lengths, state)
+        top_inference = bilm.top_states(ids, lengths)
+    training = bilm(ids, lengths, state)
+    top_training = bilm.top_states(ids, lengths)
+    assert training.layers.requires_grad and top_training[0].requires_grad
+    torch.testing.assert_close(training.layers, inference.layers, rtol=1e-10, atol=1e-10)
+    for direction in range(2):
+        for layer in range(3):
+            for got, expected in zip(training.state[direction][layer], inference.state[direction][layer]):
+                torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    for got, expected in zip(top_training, top_inference):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
 # ---------------------------------------------------------------- explicit state
 
 

@@ -42,6 +42,21 @@ def test_approximate_copies_leave_the_original_model_untouched(allennlp_fixture,
     assert runtime_bilm(bilm, "fp32") is bilm
 
 
+def test_int8_model_runs_its_int8_loop_whatever_the_grad_mode(allennlp_fixture):
+    """Its products are not differentiable: with autograd recording it still runs its
+    int8 inference loop (not the fp32 training loop over the original weights)."""
+    bilm = load_public_model(allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5")
+    int8 = runtime_bilm(bilm, "int8")
+    sentences = golden_sentences(allennlp_fixture)[:3]
+    ids, lengths = int8.input_ids(sentences), [len(s) for s in sentences]
+    with torch.no_grad():
+        expected = int8(ids, lengths).layers
+        fp32 = bilm(ids, lengths).layers
+    recorded = int8(ids, lengths).layers
+    torch.testing.assert_close(recorded, expected, rtol=0, atol=1e-6)
+    assert (recorded - fp32).abs().max() > 1e-4
+
+
 def test_bad_precision_settings():
     with pytest.raises(ValueError, match="precision must be one of"):
         check_precision("fp8", torch.device("cpu"))

@@ -19,7 +19,7 @@ from spacy_elmo.nn.shapes import ROW_MULTIPLE, pad_rows, repeat_first_row, round
 from spacy_elmo.nn.softmax import SampledSoftmax
 from spacy_elmo.nn.token_encoder import TokenEncoder
 
-PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
 ROWS = 37  # a count no dimension of the small modules below shares
 PRECISIONS = ["bf16", "fp32"]
 
