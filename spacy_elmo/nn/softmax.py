@@ -33,6 +33,12 @@ class FullSoftmax(nn.Module):
     def vocab_size(self) -> int:
         return self.weight.shape[0]
 
+    def start_at_log_uniform(self) -> None:
+        """Set the bias to `log_uniform_probabilities`: with zero scores from the hidden
+        states, the head then predicts the Zipf distribution by frequency rank."""
+        with torch.no_grad():
+            self.bias.copy_(torch.log(log_uniform_probabilities(self.vocab_size)).to(self.bias))
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(n, P) -> (n, vocab) unnormalized scores."""
         return torch.nn.functional.linear(hidden, self.weight, self.bias)

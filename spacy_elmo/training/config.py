@@ -59,6 +59,11 @@ class HeadSettings:
     type: Literal["full", "sampled"] = "sampled"
     """"full" softmax or "sampled" softmax (training only; evaluation is always exact)."""
     n_samples: Positive = 8192
+    bias_init: Literal["zeros", "log_uniform"] = "zeros"
+    """The softmax bias of a fresh head: "zeros" (bilm-tf) or "log_uniform", each id's log
+    probability under the sampler's Zipf distribution over a frequency-sorted vocabulary,
+    so that training starts from about the unigram perplexity instead of the vocabulary
+    size (rows carried over by `init_from` keep their trained values)."""
 
 
 @dataclass(frozen=True, config=SECTION)

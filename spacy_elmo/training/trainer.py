@@ -88,6 +88,8 @@ def build_objective(config: PretrainConfig, vocab: Vocabulary, bilm: Optional[Bi
         bilm = BiLM(config.model, vocab.tokens if config.model.token_encoder == "words" else None)
     dim, size = bilm.config.projection_dim, len(vocab)
     head = FullSoftmax(dim, size) if config.head.type == "full" else SampledSoftmax(dim, size, config.head.n_samples)
+    if config.head.bias_init == "log_uniform":
+        head.start_at_log_uniform()
     return BiLMObjective(bilm, head, config.training.dropout)
 
 

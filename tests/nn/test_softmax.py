@@ -37,6 +37,15 @@ def test_log_uniform_distribution():
     assert torch.all(probs[1:] < probs[:-1])
 
 
+def test_a_head_started_at_log_uniform_predicts_the_zipf_distribution_from_zero_states():
+    head = FullSoftmax(4, 1000)
+    assert torch.all(head.bias == 0)
+    head.start_at_log_uniform()
+    predicted = head.log_probs(torch.zeros(2, 4)).exp()
+    torch.testing.assert_close(predicted, log_uniform_probabilities(1000).expand(2, -1))
+    assert predicted[0, 0] > 100 * predicted[0, -1]  # rank 1 against rank 1,000
+
+
 def test_draws_follow_the_distribution():
     torch.manual_seed(0)
     drawn = log_uniform_draws(200000, 50, CPU)

@@ -143,6 +143,23 @@ def test_init_from_a_trained_model_keeps_the_softmax_rows_of_shared_words(toy_co
     assert not numpy.allclose(new_weight[3], 0.0)  # the new word starts from a fresh row
 
 
+def test_a_log_uniform_bias_starts_a_fresh_head_at_the_zipf_distribution_and_init_from_keeps_trained_rows(toy_corpus, tmp_path):
+    from spacy_elmo.io import load_lm_head
+    from spacy_elmo.nn.softmax import log_uniform_probabilities
+
+    extra = {"head.bias_init": "log_uniform", "optimizer.learning_rate": 1e-9}
+    pretrain(with_overrides(toy_corpus, extra, max_steps=1), tmp_path / "fresh", progress_bar=False)
+    _, bias = load_lm_head(tmp_path / "fresh" / "model-last")
+    numpy.testing.assert_allclose(bias, torch.log(log_uniform_probabilities(len(bias))).numpy(), atol=1e-5)
+    pretrain(with_overrides(toy_corpus, {"optimizer.learning_rate": 1e-9}, max_steps=1), tmp_path / "zeros", progress_bar=False)
+    assert numpy.allclose(load_lm_head(tmp_path / "zeros" / "model-last")[1], 0.0, atol=1e-5)
+    trained = tmp_path / "trained"
+    pretrain(config_for(toy_corpus, max_steps=3), trained, progress_bar=False)
+    adapted = with_overrides(toy_corpus, {**extra, "paths.init_from": str(trained / "model-last")}, max_steps=1, dropout=0.0)
+    pretrain(adapted, tmp_path / "adapted", progress_bar=False)
+    numpy.testing.assert_allclose(load_lm_head(tmp_path / "adapted" / "model-last")[1], load_lm_head(trained / "model-last")[1], atol=1e-6)
+
+
 def test_init_from_public_weights(toy_corpus, tmp_path):
     public = golden_dir("allennlp")
     config = with_overrides(
