@@ -105,7 +105,8 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
     """`config` if the checkpoint was written by as many processes on the same corpus, with
     a config that differs at most in `resumable_keys()` (under a linear decay, not the budget
     its `schedule.budget_key` names). With `init_from`, the model shape is the checkpoint's
-    (the init weights are not reloaded). ValueError naming the difference otherwise."""
+    (the init weights are not reloaded); `head.bias_init` is the checkpoint's (the head's
+    state comes from it). ValueError naming the difference otherwise."""
     if len(checkpoint["rng"]) != world_size:
         raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {world_size}")
     for key, value in checkpoint["corpus"].items():
@@ -115,6 +116,7 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
     current = config.to_dict()
     if config.paths.init_from is not None:
         current["model"] = saved["model"]
+    current["head"]["bias_init"] = saved["head"]["bias_init"]
     changeable = set(resumable_keys()) - ({config.schedule.budget_key} if config.schedule.decay == "linear" else set())
     for section in saved:
         for key in sorted(set(saved[section]) | set(current[section])):

@@ -61,6 +61,7 @@ def test_an_out_of_range_value_in_each_section_is_named(section):
         ({"training.max_steps": -1}, "\\[training\\] max_steps = -1: Input should be greater than or equal to 0"),
         ({"training.mixed_precision": 1}, "\\[training\\] mixed_precision = 1: Input should be true, false or 'auto'"),
         ({"head.type": "adaptive"}, "\\[head\\] type = 'adaptive': Input should be 'full' or 'sampled'"),
+        ({"head.bias_init": "zipf"}, "\\[head\\] bias_init = 'zipf': Input should be 'zeros' or 'log_uniform'"),
         ({"optimizer.name": "sgd"}, "\\[optimizer\\] name = 'sgd': Input should be 'adam' or 'adagrad'"),
         ({"schedule.decay": "cosine"}, "\\[schedule\\] decay = 'cosine': Input should be 'constant', 'linear' or 'inverse_sqrt'"),
         ({"training.max_seconds": 0}, "\\[training\\] set a budget"),

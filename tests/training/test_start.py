@@ -75,6 +75,15 @@ def test_a_linear_decay_pins_its_horizon_only():
     assert plan_start(with_training(over_seconds, max_steps=50), StartMode.RESUME, found(checkpoint_of(over_seconds)), CORPUS, 1).checkpoint
 
 
+def test_a_resumed_run_keeps_the_checkpoints_bias_init_which_only_a_fresh_head_uses():
+    zeros = dataclasses.replace(CONFIG, head=dataclasses.replace(CONFIG.head, bias_init="zeros"))
+    zipf = dataclasses.replace(CONFIG, head=dataclasses.replace(CONFIG.head, bias_init="log_uniform"))
+    plan = plan_start(zipf, StartMode.RESUME, found(checkpoint_of(zeros)), CORPUS, 1)
+    assert plan.checkpoint and plan.config.head.bias_init == "zeros"
+    auto = plan_start(zipf, StartMode.AUTO, found(checkpoint_of(zeros)), CORPUS, 1)
+    assert auto.checkpoint and not auto.clear and not auto.discarded
+
+
 def test_with_init_from_the_model_shape_is_the_checkpoints():
     trained = dataclasses.replace(CONFIG, model=dataclasses.replace(CONFIG.model, n_layers=3))
     init = dataclasses.replace(CONFIG, paths=dataclasses.replace(CONFIG.paths, init_from="some/model"))

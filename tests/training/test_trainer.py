@@ -151,10 +151,11 @@ def test_a_log_uniform_bias_starts_a_fresh_head_at_the_zipf_distribution_and_ini
     pretrain(with_overrides(toy_corpus, extra, max_steps=1), tmp_path / "fresh", progress_bar=False)
     _, bias = load_lm_head(tmp_path / "fresh" / "model-last")
     numpy.testing.assert_allclose(bias, torch.log(log_uniform_probabilities(len(bias))).numpy(), atol=1e-5)
-    pretrain(with_overrides(toy_corpus, {"optimizer.learning_rate": 1e-9}, max_steps=1), tmp_path / "zeros", progress_bar=False)
+    zeros = {"head.bias_init": "zeros", "optimizer.learning_rate": 1e-9}
+    pretrain(with_overrides(toy_corpus, zeros, max_steps=1), tmp_path / "zeros", progress_bar=False)
     assert numpy.allclose(load_lm_head(tmp_path / "zeros" / "model-last")[1], 0.0, atol=1e-5)
-    trained = tmp_path / "trained"
-    pretrain(config_for(toy_corpus, max_steps=3), trained, progress_bar=False)
+    trained = tmp_path / "trained"  # a head started at zeros: a log-uniform start would miss it by |log P|
+    pretrain(with_overrides(toy_corpus, {"head.bias_init": "zeros"}, max_steps=3), trained, progress_bar=False)
     adapted = with_overrides(toy_corpus, {**extra, "paths.init_from": str(trained / "model-last")}, max_steps=1, dropout=0.0)
     pretrain(adapted, tmp_path / "adapted", progress_bar=False)
     numpy.testing.assert_allclose(load_lm_head(tmp_path / "adapted" / "model-last")[1], load_lm_head(trained / "model-last")[1], atol=1e-6)
