@@ -94,7 +94,7 @@ def test_ten_kills_at_random_moments_each_resumed_end_with_the_uninterrupted_wei
         start_step = last_logged_step(run_dir)
         while last_logged_step(run_dir) <= start_step and process.poll() is None:
             time.sleep(0.002)
-        time.sleep(delays.uniform(0.0, 0.3))
+        time.sleep(delays.uniform(0.0, 3 * step_seconds))
         process.send_signal(signal.SIGKILL)
         _, errors = process.communicate()
         if process.returncode != -signal.SIGKILL:
