@@ -79,6 +79,8 @@ def profile(run_dirs: List[Path], from_step: int) -> None:
         config = config_from_dict(checkpoint_of(run_dir / "checkpoints" / "last.pt")["config"])
         evaluations = [e for e in dev_evaluations(run_dir) if e["step"] >= from_step]
         ends = epoch_ends(config, max(e["step"] for e in evaluations))
+        if not ends:
+            raise SystemExit(f"{run_dir}: no epoch ended by its last evaluation, so there is no phase to place")
         steps = numpy.array([e["step"] for e in evaluations], dtype=float)
         log_ppl = numpy.log([e["dev_mean"] for e in evaluations])
         residual = log_ppl - numpy.polyval(numpy.polyfit(numpy.log(steps), log_ppl, 3), numpy.log(steps))
