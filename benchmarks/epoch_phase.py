@@ -26,7 +26,6 @@ have no such sum.
 """
 
 import argparse
-import json
 import multiprocessing
 import shutil
 from pathlib import Path
@@ -35,15 +34,14 @@ from typing import Dict, List
 import numpy
 import torch
 
+from spacy_elmo.analysis.plots import read_metrics
 from spacy_elmo.training import data
+from spacy_elmo.training.checkpoint import load_checkpoint
 from spacy_elmo.training.config import PretrainConfig, config_from_dict
+from spacy_elmo.training.outputs import METRICS_FILE
 from spacy_elmo.training.trainer import pretrain
 
 ARMS = ("reshuffled", "with_replacement")
-
-
-def checkpoint_of(path: Path) -> Dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def epoch_ends(config: PretrainConfig, last_step: int) -> List[int]:
@@ -69,20 +67,15 @@ def epoch_fraction(step: int, ends: List[int]) -> float:
     return (step - start) / (end - start)
 
 
-def dev_evaluations(run_dir: Path) -> List[Dict]:
-    lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-    return [record for record in map(json.loads, lines) if "dev_mean" in record]
-
-
 def profile(run_dirs: List[Path], from_step: int) -> None:
     for run_dir in run_dirs:
-        config = config_from_dict(checkpoint_of(run_dir / "checkpoints" / "last.pt")["config"])
-        evaluations = [e for e in dev_evaluations(run_dir) if e["step"] >= from_step]
-        ends = epoch_ends(config, max(e["step"] for e in evaluations))
+        config = config_from_dict(load_checkpoint(run_dir / "checkpoints" / "last.pt")["config"])
+        metrics = read_metrics(run_dir / METRICS_FILE)
+        kept = metrics.dev_steps >= from_step
+        steps, log_ppl = metrics.dev_steps[kept], numpy.log(metrics.dev_perplexity[kept])
+        ends = epoch_ends(config, int(steps.max()))
         if not ends:
             raise SystemExit(f"{run_dir}: no epoch ended by its last evaluation, so there is no phase to place")
-        steps = numpy.array([e["step"] for e in evaluations], dtype=float)
-        log_ppl = numpy.log([e["dev_mean"] for e in evaluations])
         residual = log_ppl - numpy.polyval(numpy.polyfit(numpy.log(steps), log_ppl, 3), numpy.log(steps))
         fraction = numpy.array([epoch_fraction(int(s), ends) for s in steps])
         print(f"\n{run_dir}: epochs end at steps {ends}")
@@ -105,11 +98,8 @@ def with_replacement(batch_maker):
     return draw
 
 
-def continue_arm(arm: str, checkpoint_path: Path, out_dir: Path, every: int, threads: int) -> None:
-    checkpoint = checkpoint_of(checkpoint_path)
-    raw = checkpoint["config"]
-    epoch_now = checkpoint["progress"]["position"][0]
-    raw["training"].update(eval_every=every, checkpoint_every=10**9, max_epochs=epoch_now + 2, num_threads=threads)
+def continue_arm(arm: str, checkpoint_path: Path, raw: Dict, out_dir: Path) -> None:
+    """Resume a copy of the checkpoint in OUT_DIR/ARM with the config `raw`."""
     run_dir = out_dir / arm
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(checkpoint_path, run_dir / "checkpoints" / "last.pt")
@@ -119,19 +109,26 @@ def continue_arm(arm: str, checkpoint_path: Path, out_dir: Path, every: int, thr
 
 
 def continue_both(checkpoint_path: Path, out_dir: Path, every: int, threads: int) -> None:
-    start = checkpoint_of(checkpoint_path)["progress"]["step"]
+    checkpoint = load_checkpoint(checkpoint_path)
+    start, epoch_now = checkpoint["progress"]["step"], checkpoint["progress"]["position"][0]
+    raw = checkpoint["config"]
+    raw["training"].update(eval_every=every, checkpoint_every=10**9, max_epochs=epoch_now + 2, num_threads=threads)
+    config = config_from_dict(raw)
+    del checkpoint  # its weights: the arms read their own copies
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=continue_arm, args=(arm, checkpoint_path, out_dir, every, threads)) for arm in ARMS]
+    processes = [context.Process(target=continue_arm, args=(arm, checkpoint_path, raw, out_dir)) for arm in ARMS]
     for process in processes:
         process.start()
     for process in processes:
         process.join()
         if process.exitcode:
             raise SystemExit(f"an arm failed (exit code {process.exitcode})")
-    if not all((out_dir / arm / "metrics.jsonl").is_file() for arm in ARMS):
+    if not all((out_dir / arm / METRICS_FILE).is_file() for arm in ARMS):
         raise SystemExit(f"{checkpoint_path}: the arms took no step (is the checkpoint's step budget spent?)")
-    runs = {arm: {e["step"]: e["dev_mean"] for e in dev_evaluations(out_dir / arm) if e["step"] > start} for arm in ARMS}
-    config = config_from_dict(checkpoint_of(checkpoint_path)["config"])
+    runs = {}
+    for arm in ARMS:
+        metrics = read_metrics(out_dir / arm / METRICS_FILE)
+        runs[arm] = {int(step): ppl for step, ppl in zip(metrics.dev_steps, metrics.dev_perplexity) if step > start}
     ends = epoch_ends(config, max(runs[ARMS[0]]))
     print(f"from step {start}; epochs end at steps {[e for e in ends if e >= start]}")
     print("| step | fraction of its epoch | reshuffled | with replacement | ratio |")
