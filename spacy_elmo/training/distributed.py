@@ -5,7 +5,8 @@ objective is wrapped in `DistributedDataParallel`, whose all-reduce (in buckets,
 the backward pass) sums the processes' gradients, so a step equals the single-process
 step on the whole global batch (exactly so with dropout off and the full softmax;
 otherwise each process draws its own masks and negatives). gloo on CPU, nccl on GPU;
-only rank 0 writes files.
+only rank 0 writes files. DDP keeps the process group alive until the interpreter's
+teardown, so the command line ends such processes without it (`cli.app.run_app`).
 """
 
 import datetime
@@ -29,10 +30,14 @@ class Process(NamedTuple):
         return self.rank == 0
 
 
+def launched_as_one_of_several() -> bool:
+    """Whether torchrun started this process as one of several (WORLD_SIZE > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def start_process(device: torch.device) -> Process:
     """Join the process group when launched by torchrun (WORLD_SIZE > 1), else a single process."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
+    if not launched_as_one_of_several():
         return Process()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=COLLECTIVE_TIMEOUT)

@@ -1,13 +1,16 @@
-"""`python -m spacy_elmo`: the demo (the README's main job) and info."""
+"""`python -m spacy_elmo`: the demo (the README's main job), info, and how a process ends."""
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
+from spacy_elmo.cli.app import exit_status
 
 runner = CliRunner()
 
@@ -48,3 +51,41 @@ def test_info_on_a_missing_model_names_it(tmp_path):
     result = runner.invoke(app, ["info", str(tmp_path / "absent")])
     assert result.exit_code == 2  # a usage error, not a traceback
     assert "absent: weights not found" in " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())
+
+
+RUN_WITH_AN_EXIT_HANDLER = "; ".join(
+    [
+        "import atexit, sys",
+        "atexit.register(print, 'teardown ran')",
+        "print('started')",
+        "from spacy_elmo.cli import run_app",
+        "sys.argv[0] = 'spacy_elmo'",
+        "run_app()",
+    ]
+)
+"""`python -m spacy_elmo ARGS`, after an unflushed print and with an exit handler that
+reports Python's teardown."""
+
+
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_a_torchrun_process_ends_without_teardown_with_its_status_and_output(tiny_model_dir, tmp_path, world_size):
+    """One of several torchrun processes (WORLD_SIZE > 1) skips the interpreter's teardown,
+    where gloo's threads can abort it, yet keeps its exit status and all of its output
+    (piped, so block-buffered: nothing of it may be lost)."""
+    env = {**{key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}, "WORLD_SIZE": world_size}
+    runs = {
+        "good": [sys.executable, "-c", RUN_WITH_AN_EXIT_HANDLER, "info", str(tiny_model_dir)],
+        "bad": [sys.executable, "-c", RUN_WITH_AN_EXIT_HANDLER, "info", str(tmp_path / "absent")],
+    }
+    good, bad = (subprocess.run(command, capture_output=True, text=True, timeout=300, env=env) for command in runs.values())
+    assert (good.returncode, bad.returncode) == (0, 2), good.stderr + bad.stderr
+    assert good.stdout.startswith("started") and bad.stdout.startswith("started")
+    assert "lstm_dim" in good.stdout and "parameters" in good.stdout
+    assert "absent: weights not found" in " ".join(re.sub(r"[│╭╮╰╯─]", " ", bad.stderr).split())
+    teardown = world_size == "1"
+    assert ("teardown ran" in good.stdout, "teardown ran" in bad.stdout) == (teardown, teardown)
+
+
+def test_exit_status_follows_system_exit():
+    assert [exit_status(code) for code in (None, 0, 3, 130)] == [0, 0, 3, 130]
+    assert exit_status("a message") == 1
