@@ -94,6 +94,33 @@ def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
     assert json.loads(installed.stdout) == [[t.tag_, t.pos_, str(t.morph), t.dep_, t.head.i] for t in nlp(text)]
 
 
+def test_downstream_trains_the_input_and_output_twin_with_a_mix_per_component(tmp_path, tiny_model_dir):
+    project = copy_project(tmp_path / "project")
+    variables = [
+        "--vars.ud_dir",
+        str(toy_treebank(tmp_path / "ud")),
+        "--vars.bilm",
+        str(tiny_model_dir),
+        "--vars.elmo_config",
+        "configs/ud-elmo-io.cfg",
+        "--vars.elmo_arm",
+        "elmo-io",
+        "--vars.downstream_steps",
+        "10",
+        "--vars.downstream_seeds",
+        "0",
+    ]
+    output = project_run(project, "downstream", *variables)
+
+    result = json.loads((project / "metrics" / "downstream.json").read_text())
+    assert [run["seed"] for run in result["runs"]["elmo"]] == [0]
+    assert [mix["component"] for mix in result["mixes"]["seed0"]] == ["tok2vec", "tagger", "morphologizer", "parser"]
+    assert "parser: layer weights [" in output
+    nlp = spacy.load(project / "training" / "downstream" / "elmo-io" / "seed0" / "model-best")
+    doc = nlp("The cat sat on the mat .")
+    assert [token.tag_ for token in doc] and doc.has_annotation("DEP")
+
+
 def test_adapt_continues_the_bilm_on_the_task_text_with_its_vocabulary(tmp_path, toy_corpus):
     """`adapt`: the task's training text, prepared with the model's own vocabulary, trains
     the biLM further; its perplexity on held-out task text falls."""

@@ -11,6 +11,8 @@ from elmo_testing import REPO
 
 BASE = REPO / "configs" / "ud-base.cfg"
 ELMO = REPO / "configs" / "ud-elmo.cfg"
+ELMO_IO = REPO / "configs" / "ud-elmo-io.cfg"
+TASKS = ("tagger", "morphologizer", "parser")
 
 
 def load(path):
@@ -71,3 +73,25 @@ def test_both_twins_build_and_the_elmo_twin_has_one_shared_mix(tiny_model_dir):
     (mix,) = elmo.get_pipe("elmo").mixes["tok2vec"]
     assert (mix.get_dim("nL"), mix.get_dim("nO")) == (3, 12)  # from the model, typed nowhere
     assert list(elmo.get_pipe("elmo").mixes) == ["tok2vec"]
+
+
+def test_the_input_and_output_twin_differs_from_the_elmo_twin_only_by_a_mix_per_component():
+    io, elmo = load(ELMO_IO), load(ELMO)
+    for task in TASKS:
+        wrapped = io["components"][task]["model"]["tok2vec"]
+        assert wrapped["@architectures"] == "spacy-elmo.WithElmo.v1"
+        assert wrapped["mix"]["@architectures"] == "spacy-elmo.ElmoScalarMix.v2"
+        assert wrapped["mix"]["dropout"] == "${components.tok2vec.model.embed.mix.dropout}"
+        io["components"][task]["model"]["tok2vec"] = wrapped["features"]
+    assert io == elmo
+
+
+def test_the_input_and_output_twin_has_a_mix_per_component_with_the_input_mix_dropout(tiny_model_dir):
+    from spacy.util import load_model_from_config
+
+    overrides = {"paths.elmo": str(tiny_model_dir), "components.tok2vec.model.embed.mix.dropout": 0.3}
+    nlp = load_model_from_config(Config().from_disk(ELMO_IO, overrides=overrides), auto_fill=True)
+    mixes = nlp.get_pipe("elmo").mixes
+    assert list(mixes) == ["tok2vec", *TASKS]
+    for (mix,) in mixes.values():
+        assert (mix.get_dim("nL"), mix.get_dim("nO"), mix.attrs["elmo_dropout"]) == (3, 12, 0.3)
