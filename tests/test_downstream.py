@@ -28,18 +28,15 @@ def toy_treebank(folder, sentences=(60, 15, 15)):
     return folder
 
 
+def twin_variables(tmp_path, bilm, steps, seeds):
+    """Project variables for the twins on a toy treebank in tmp_path/ud."""
+    ud_dir = toy_treebank(tmp_path / "ud")
+    return ["--vars.ud_dir", str(ud_dir), "--vars.bilm", str(bilm), "--vars.downstream_steps", str(steps), "--vars.downstream_seeds", seeds]
+
+
 def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
     project = copy_project(tmp_path / "project")
-    variables = [
-        "--vars.ud_dir",
-        str(toy_treebank(tmp_path / "ud")),
-        "--vars.bilm",
-        str(tiny_model_dir),
-        "--vars.downstream_steps",
-        "30",
-        "--vars.downstream_seeds",
-        "0,1",
-    ]
+    variables = twin_variables(tmp_path, tiny_model_dir, steps=30, seeds="0,1")
     output = project_run(project, "downstream", *variables)
 
     result = json.loads((project / "metrics" / "downstream.json").read_text())
@@ -96,20 +93,8 @@ def test_downstream_workflow_on_a_toy_treebank(tmp_path, tiny_model_dir):
 
 def test_downstream_trains_the_input_and_output_twin_with_a_mix_per_component(tmp_path, tiny_model_dir):
     project = copy_project(tmp_path / "project")
-    variables = [
-        "--vars.ud_dir",
-        str(toy_treebank(tmp_path / "ud")),
-        "--vars.bilm",
-        str(tiny_model_dir),
-        "--vars.elmo_config",
-        "configs/ud-elmo-io.cfg",
-        "--vars.elmo_arm",
-        "elmo-io",
-        "--vars.downstream_steps",
-        "10",
-        "--vars.downstream_seeds",
-        "0",
-    ]
+    io_arm = ["--vars.elmo_config", "configs/ud-elmo-io.cfg", "--vars.elmo_arm", "elmo-io"]
+    variables = twin_variables(tmp_path, tiny_model_dir, steps=10, seeds="0") + io_arm
     output = project_run(project, "downstream", *variables)
 
     result = json.loads((project / "metrics" / "downstream.json").read_text())
