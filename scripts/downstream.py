@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
@@ -169,29 +169,30 @@ def evaluate(
     table: Path = typer.Option(Path("metrics/downstream.md"), help="The summary as a markdown table"),
     elmo_arm: str = typer.Option("elmo", help="Folder of the ELMo arm's runs in OUTPUT_DIR"),
 ) -> None:
-    """`spacy evaluate` each finished run's model-best on the test set, then compare the arms."""
+    """`spacy evaluate` the model-best of each seed finished in both arms with the same step
+    budget and data on the test set, then compare the arms."""
     import spacy
 
     from spacy_elmo.pipeline import learned_mixes
 
     if not test_path.is_file():
         raise typer.BadParameter(f"{test_path} not found")
+    folders = arm_folders(elmo_arm)
+    finished = {arm: finished_runs(output_dir / folders[arm]) for arm in ARMS}
+    seeds = paired_seeds(finished["base"], finished["elmo"])
+    if not seeds:
+        raise typer.BadParameter(f"{output_dir} holds no seed finished in both {folders['base']} and {folders['elmo']}: run `train` first")
+    test_set = fingerprint(test_path)
     arms: Dict[str, List[Dict[str, Any]]] = {arm: [] for arm in ARMS}
     mixes: Dict[str, Any] = {}
-    folders = arm_folders(elmo_arm)
     for arm in ARMS:
-        for run_dir in sorted((output_dir / folders[arm]).glob("seed*"), key=lambda p: int(p.name[4:])):
-            if not (run_dir / RUN_FILE).is_file():
-                continue
-            record = json.loads((run_dir / RUN_FILE).read_text())
-            model = run_dir / "model-best"
-            scores = run_dir / SCORES_FILE
-            if not scores.is_file() or scores.stat().st_mtime < model.stat().st_mtime:
-                subprocess.run([sys.executable, "-m", "spacy", "evaluate", str(model), str(test_path), "--output", str(scores)], check=True)
-            figures = json.loads(scores.read_text())
+        for seed in seeds:
+            run_dir = output_dir / folders[arm] / f"seed{seed}"
+            record = finished[arm][seed]
+            figures = test_scores(run_dir / "model-best", test_path, test_set, run_dir / SCORES_FILE)
             arms[arm].append(
                 {
-                    "seed": record["seed"],
+                    "seed": seed,
                     **{metric: figures[metric] for metric in METRICS},
                     "train_seconds": record["train_seconds"],
                     "words_per_second": figures["speed"],
@@ -200,16 +201,11 @@ def evaluate(
                 }
             )
             if arm == "elmo":
-                learned = learned_mixes(spacy.load(model))
-                mixes[f"seed{record['seed']}"] = [mix._asdict() for mix in learned]
+                learned = learned_mixes(spacy.load(run_dir / "model-best"))
+                mixes[f"seed{seed}"] = [mix._asdict() for mix in learned]
                 for mix in learned:
                     weights = ", ".join(f"{w:.3f}" for w in mix.weights)
-                    typer.echo(f"elmo seed {record['seed']}, {mix.component}: layer weights [{weights}], gamma {mix.gamma:.3f}")
-    paired = {run["seed"] for run in arms["base"]} & {run["seed"] for run in arms["elmo"]}
-    if not paired:
-        raise typer.BadParameter(f"{output_dir} holds no seed finished in both {folders['base']} and {folders['elmo']}: run `train` first")
-    arms = {arm: [run for run in runs if run["seed"] in paired] for arm, runs in arms.items()}
-    mixes = {seed: learned for seed, learned in mixes.items() if int(seed[4:]) in paired}
+                    typer.echo(f"elmo seed {seed}, {mix.component}: layer weights [{weights}], gamma {mix.gamma:.3f}")
     summary = summarize(arms)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({"runs": arms, "summary": summary, "mixes": mixes}, indent=2))
@@ -217,6 +213,57 @@ def evaluate(
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text(markdown)
     typer.echo(markdown)
+
+
+def finished_runs(arm_dir: Path) -> Dict[int, Dict[str, Any]]:
+    """Seed -> run.json of each run in an arm's folder that `train` finished (it records the inputs)."""
+    runs = {}
+    for run_dir in arm_dir.glob("seed*"):
+        path = run_dir / RUN_FILE
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        if "inputs" in record:
+            runs[record["seed"]] = record
+    return runs
+
+
+def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]]) -> List[int]:
+    """The seeds whose two runs were trained with the same step budget and data (the arms
+    differ only by their config and biLM); refuses runs of several budgets or data sets,
+    whose figures a mean over seeds would mix."""
+    seeds: List[int] = []
+    left_out: List[int] = []
+    for seed in sorted(base.keys() & elmo.keys()):
+        (seeds if shared_inputs(base[seed]) == shared_inputs(elmo[seed]) else left_out).append(seed)
+    if left_out:
+        typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets or data")
+    settings = {shared_inputs(base[seed]) for seed in seeds}
+    if len(settings) > 1:
+        budgets = sorted({dict(setting)["max_steps"] for setting in settings})
+        raise typer.BadParameter(
+            f"the seeds {seeds} were trained with {len(settings)} different step budgets or data sets (steps: {budgets}): give each its own output folder"
+        )
+    return seeds
+
+
+SHARED_INPUTS = ("max_steps", "train", "dev")
+"""What the two arms of every compared seed must share: the config and the biLM are what differ."""
+
+
+def shared_inputs(record: Dict[str, Any]) -> Tuple[Tuple[str, Any], ...]:
+    return tuple((key, record["inputs"].get(key)) for key in SHARED_INPUTS)
+
+
+def test_scores(model: Path, test_path: Path, test_set: str, scores: Path) -> Dict[str, Any]:
+    """`spacy evaluate`'s scores of `model` on the test set whose fingerprint is `test_set`,
+    from the file `scores` where it holds them for this model and test set."""
+    if scores.is_file() and scores.stat().st_mtime >= model.stat().st_mtime:
+        figures = json.loads(scores.read_text())
+        if figures.get("test_set") == test_set:
+            return figures
+    subprocess.run([sys.executable, "-m", "spacy", "evaluate", str(model), str(test_path), "--output", str(scores)], check=True)
+    figures = {**json.loads(scores.read_text()), "test_set": test_set}
+    scores.write_text(json.dumps(figures, indent=2))
+    return figures
 
 
 @app.command()
@@ -284,9 +331,10 @@ def summarize(arms: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
     return summary
 
 
-def relative_error_reduction(base: float, elmo: float) -> float:
-    """(error_base - error_elmo) / error_base for accuracies in [0, 1]."""
-    return ((1.0 - base) - (1.0 - elmo)) / (1.0 - base) if base < 1.0 else 0.0
+def relative_error_reduction(base: float, elmo: float) -> Optional[float]:
+    """(error_base - error_elmo) / error_base for accuracies in [0, 1]; None where the
+    baseline makes no error (no reduction is defined)."""
+    return ((1.0 - base) - (1.0 - elmo)) / (1.0 - base) if base < 1.0 else None
 
 
 def summary_table(summary: Dict[str, Any], n_runs: Dict[str, int]) -> str:
@@ -297,9 +345,8 @@ def summary_table(summary: Dict[str, Any], n_runs: Dict[str, int]) -> str:
     for metric in METRICS:
         base, elmo = summary["base"][metric], summary["elmo"][metric]
         rer = summary["relative_error_reduction"][metric]
-        lines.append(
-            f"| `{metric}` | {100 * base['mean']:.2f} ± {100 * base['sd']:.2f} | {100 * elmo['mean']:.2f} ± {100 * elmo['sd']:.2f} | {100 * rer:+.1f}% |"
-        )
+        reduction = "n/a (the baseline makes no error)" if rer is None else f"{100 * rer:+.1f}%"
+        lines.append(f"| `{metric}` | {100 * base['mean']:.2f} ± {100 * base['sd']:.2f} | {100 * elmo['mean']:.2f} ± {100 * elmo['sd']:.2f} | {reduction} |")
     for key, label in (("train_seconds", "training seconds"), ("words_per_second", "words/s at prediction"), ("peak_rss_mb", "peak RSS in training (MiB)")):
         base, elmo = summary["base"][key], summary["elmo"][key]
         lines.append(f"| {label} | {base['mean']:,.0f} ± {base['sd']:,.0f} | {elmo['mean']:,.0f} ± {elmo['sd']:,.0f} | |")

@@ -93,7 +93,8 @@ def ElmoScalarMix(
 ) -> Model[List[Doc], List[Floats2d]]:
     """Docs -> (n_tokens, width) per doc: learned layer mix, then an optional linear map to `width`.
 
-    dropout: a thinc `Dropout` after the mix; spaCy's `[training] dropout` replaces its rate.
+    dropout: above 0, a thinc `Dropout` after the mix, whose rate spaCy's `[training] dropout`
+        then replaces (at 0 there is none, and the training dropout does not reach the mix).
     n_elmo_layers: layers stored by the elmo component (its n_layers + 1).
     elmo_width: width of each stored layer (2 * projection_dim).
     """

@@ -1,0 +1,133 @@
+"""scripts/downstream.py's comparison: which runs `evaluate` pairs, when it scores a model
+again, and the relative error reduction, on hand-made run folders (no training)."""
+
+import importlib.util
+import json
+import statistics
+import types
+
+import pytest
+import spacy
+from typer.testing import CliRunner
+
+import spacy_elmo.pipeline
+from elmo_testing import REPO, plain
+
+METRICS = ("tag_acc", "pos_acc", "morph_acc", "dep_uas", "dep_las")
+
+
+@pytest.fixture(scope="module")
+def downstream():
+    spec = importlib.util.spec_from_file_location("downstream_script", REPO / "scripts" / "downstream.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def evaluations(downstream, monkeypatch):
+    """`spacy evaluate` replaced by a stub that scores each model with the accuracy named in
+    its folder's `accuracy` file; returns the list of models it was called on."""
+    called = []
+
+    def run(command, check):
+        model = command[command.index("evaluate") + 1]
+        output = command[command.index("--output") + 1]
+        accuracy = float(open(f"{model}/accuracy").read())
+        with open(output, "w") as handle:
+            json.dump({**dict.fromkeys(METRICS, accuracy), "speed": 1000.0}, handle)
+        called.append(model)
+
+    monkeypatch.setattr(downstream, "subprocess", types.SimpleNamespace(run=run))
+    monkeypatch.setattr(spacy, "load", lambda path: None)
+    monkeypatch.setattr(spacy_elmo.pipeline, "learned_mixes", lambda nlp: [])
+    return called
+
+
+def make_run(folder, seed, accuracy, max_steps=2500, train="train-a", inputs=True):
+    run_dir = folder / f"seed{seed}"
+    (run_dir / "model-best").mkdir(parents=True)
+    (run_dir / "model-best" / "accuracy").write_text(str(accuracy))
+    record = {"seed": seed, "max_steps": max_steps, "train_seconds": 10.0, "peak_rss_mb": 100.0, "epochs": []}
+    if inputs:
+        record["inputs"] = {"config": "c", "seed": seed, "max_steps": max_steps, "train": train, "dev": "dev-a"}
+    (run_dir / "run.json").write_text(json.dumps(record))
+
+
+def evaluate(downstream, output_dir, test_path):
+    output = output_dir / "metrics.json"
+    table = output_dir / "metrics.md"
+    result = CliRunner().invoke(downstream.app, ["evaluate", str(output_dir), str(test_path), "--output", str(output), "--table", str(table)])
+    return result, (json.loads(output.read_text()) if result.exit_code == 0 else None)
+
+
+@pytest.fixture
+def test_set(tmp_path):
+    path = tmp_path / "test.spacy"
+    path.write_bytes(b"test set one")
+    return path
+
+
+def test_relative_error_reduction_is_the_share_of_the_baseline_error_removed(downstream):
+    assert downstream.relative_error_reduction(0.90, 0.95) == pytest.approx(0.5)
+    assert downstream.relative_error_reduction(0.90, 0.85) == pytest.approx(-0.5)
+    assert downstream.relative_error_reduction(0.80, 0.80) == 0.0
+    assert downstream.relative_error_reduction(1.0, 0.99) is None
+
+
+def test_summary_gives_means_sds_and_the_reduction_of_the_means(downstream):
+    def run(seed, accuracy):
+        return {"seed": seed, **dict.fromkeys(METRICS, accuracy), "train_seconds": 1.0, "words_per_second": 1.0, "peak_rss_mb": 1.0, "epochs": []}
+
+    arms = {"base": [run(0, 0.90), run(1, 0.92)], "elmo": [run(0, 0.95), run(1, 0.93)]}
+    summary = downstream.summarize(arms)
+    assert summary["base"]["tag_acc"]["mean"] == pytest.approx(0.91)
+    assert summary["elmo"]["tag_acc"]["sd"] == pytest.approx(statistics.stdev([0.95, 0.93]))
+    assert summary["relative_error_reduction"]["dep_las"] == pytest.approx((0.09 - 0.06) / 0.09)
+    perfect = downstream.summarize({"base": [run(0, 1.0)], "elmo": [run(0, 0.99)]})
+    assert "n/a" in downstream.summary_table(perfect, {"base": 1, "elmo": 1})
+
+
+def test_evaluate_compares_only_seeds_whose_arms_share_budget_and_data(downstream, evaluations, tmp_path, test_set):
+    make_run(tmp_path / "base", 0, 0.90)
+    make_run(tmp_path / "elmo", 0, 0.95)
+    make_run(tmp_path / "base", 1, 0.90, train="train-b")  # retrained on other data for another arm
+    make_run(tmp_path / "elmo", 1, 0.99)
+    make_run(tmp_path / "base", 2, 0.90)
+    make_run(tmp_path / "elmo", 2, 0.99, inputs=False)  # interrupted: train never recorded its inputs
+
+    result, metrics = evaluate(downstream, tmp_path, test_set)
+
+    assert result.exit_code == 0, result.output
+    assert "left out: seeds [1]" in result.output
+    assert [run["seed"] for run in metrics["runs"]["elmo"]] == [0]
+    assert metrics["summary"]["relative_error_reduction"]["tag_acc"] == pytest.approx(0.5)
+    assert len(evaluations) == 2  # only the compared runs are scored
+
+
+def test_evaluate_refuses_to_average_seeds_of_different_budgets(downstream, evaluations, tmp_path, test_set):
+    for seed, steps in ((0, 2500), (1, 5000)):
+        make_run(tmp_path / "base", seed, 0.90, max_steps=steps)
+        make_run(tmp_path / "elmo", seed, 0.95, max_steps=steps)
+
+    result, _ = evaluate(downstream, tmp_path, test_set)
+
+    assert result.exit_code != 0
+    message = plain(result.output)
+    assert "different step budgets or data" in message and "[2500, 5000]" in message
+
+
+def test_evaluate_scores_again_only_for_another_test_set_or_a_newer_model(downstream, evaluations, tmp_path, test_set):
+    make_run(tmp_path / "base", 0, 0.90)
+    make_run(tmp_path / "elmo", 0, 0.95)
+    evaluate(downstream, tmp_path, test_set)
+    assert len(evaluations) == 2
+
+    evaluate(downstream, tmp_path, test_set)
+    assert len(evaluations) == 2  # the saved scores are this test set's
+
+    test_set.write_bytes(b"test set two")
+    (tmp_path / "elmo" / "seed0" / "model-best" / "accuracy").write_text("0.98")
+    _, metrics = evaluate(downstream, tmp_path, test_set)
+    assert len(evaluations) == 4
+    assert metrics["runs"]["elmo"][0]["tag_acc"] == pytest.approx(0.98)
