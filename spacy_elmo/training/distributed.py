@@ -5,8 +5,10 @@ objective is wrapped in `DistributedDataParallel`, whose all-reduce (in buckets,
 the backward pass) sums the processes' gradients, so a step equals the single-process
 step on the whole global batch (exactly so with dropout off and the full softmax;
 otherwise each process draws its own masks and negatives). gloo on CPU, nccl on GPU;
-only rank 0 writes files. DDP keeps the process group alive until the interpreter's
-teardown, so the command line ends such processes without it (`cli.app.run_app`).
+only rank 0 writes files. A run lets go of its DDP wrapper (whose reducer holds the gloo
+group) before it destroys the process group: a DDP that outlived the group made scripts
+that call `pretrain` under torchrun abort at exit. The command line also ends such
+processes without Python's teardown (`cli.app.run_app`).
 """
 
 import datetime

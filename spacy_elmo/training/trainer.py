@@ -20,6 +20,7 @@ After `training.max_bad_steps` skipped steps in a row the run stops with
 """
 
 import dataclasses
+import gc
 import logging
 import time
 from pathlib import Path
@@ -230,6 +231,8 @@ class Trainer:
             raise WriteError(err.path, err.cause, f"the run stopped; {self._last_checkpoint()}") from err.cause
         finally:
             bar.close()
+            self.model = self.objective  # DDP's reducer holds the process group: let it go first
+            gc.collect()
             stop_process(self.process)
         return self.progress
 
