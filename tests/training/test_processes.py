@@ -24,9 +24,11 @@ def run_cli(*args, **kwargs):
     return subprocess.run([sys.executable, "-m", "spacy_elmo", *map(str, args)], cwd=REPO, capture_output=True, text=True, **kwargs)
 
 
-def torchrun(*args):
-    """The command line of a 2-process CPU torchrun of `python -m spacy_elmo ARGS`."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "spacy_elmo", *map(str, args)]
+def torchrun(*args, script=None):
+    """The command line of a 2-process CPU torchrun of `python -m spacy_elmo ARGS`, or of
+    `python SCRIPT ARGS`."""
+    target = [str(script)] if script else ["-m", "spacy_elmo"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *target, *map(str, args)]
 
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -161,8 +163,7 @@ def test_a_script_calling_pretrain_under_torchrun_lets_go_of_ddp_before_the_proc
     config_path = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, SAMPLED, max_steps=4, eval_every=2, checkpoint_every=2)
     script = tmp_path / "user_script.py"
     script.write_text(USER_SCRIPT)
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), str(config_path), str(tmp_path / "run")]
-    result = subprocess.run(launch, cwd=REPO, capture_output=True, text=True, env=ONE_THREAD, timeout=300)
+    result = subprocess.run(torchrun(config_path, tmp_path / "run", script=script), cwd=REPO, capture_output=True, text=True, env=ONE_THREAD, timeout=300)
     assert result.returncode == 0, result.stderr[-10000:]
     for rank in (0, 1):
         assert f"rank {rank}: 0 DDP alive when leaving the process group" in result.stdout
