@@ -231,8 +231,9 @@ class Trainer:
             raise WriteError(err.path, err.cause, f"the run stopped; {self._last_checkpoint()}") from err.cause
         finally:
             bar.close()
-            self.model = self.objective  # DDP's reducer holds the process group: let it go first
-            gc.collect()
+            if self.model is not self.objective:  # DDP's reducer holds the process group: let it go first
+                self.model = self.objective
+                gc.collect()
             stop_process(self.process)
         return self.progress
 
