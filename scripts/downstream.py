@@ -189,7 +189,7 @@ def evaluate(
         for seed in seeds:
             run_dir = output_dir / folders[arm] / f"seed{seed}"
             record = finished[arm][seed]
-            figures = test_scores(run_dir / "model-best", test_path, test_set, run_dir / SCORES_FILE)
+            figures = scores_on_test_set(run_dir / "model-best", test_path, test_set, run_dir / SCORES_FILE)
             arms[arm].append(
                 {
                     "seed": seed,
@@ -226,6 +226,10 @@ def finished_runs(arm_dir: Path) -> Dict[int, Dict[str, Any]]:
     return runs
 
 
+SHARED_INPUTS = ("max_steps", "train", "dev")
+"""What the two arms of every compared seed must share: the config and the biLM are what differ."""
+
+
 def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]]) -> List[int]:
     """The seeds whose two runs were trained with the same step budget and data (the arms
     differ only by their config and biLM); refuses runs of several budgets or data sets,
@@ -245,15 +249,11 @@ def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]
     return seeds
 
 
-SHARED_INPUTS = ("max_steps", "train", "dev")
-"""What the two arms of every compared seed must share: the config and the biLM are what differ."""
-
-
 def shared_inputs(record: Dict[str, Any]) -> Tuple[Tuple[str, Any], ...]:
     return tuple((key, record["inputs"].get(key)) for key in SHARED_INPUTS)
 
 
-def test_scores(model: Path, test_path: Path, test_set: str, scores: Path) -> Dict[str, Any]:
+def scores_on_test_set(model: Path, test_path: Path, test_set: str, scores: Path) -> Dict[str, Any]:
     """`spacy evaluate`'s scores of `model` on the test set whose fingerprint is `test_set`,
     from the file `scores` where it holds them for this model and test set."""
     if scores.is_file() and scores.stat().st_mtime >= model.stat().st_mtime:
