@@ -41,6 +41,11 @@ CHECKPOINTS_DIR = "checkpoints"
 LAST_CHECKPOINT, BEST_CHECKPOINT = "last.pt", "best.pt"
 MODEL_BEST, MODEL_LAST = "model-best", "model-last"
 MODEL_DIRS = (MODEL_BEST, MODEL_LAST)
+STAGING_MARK = ".staging-"
+"""In the name of every staging file and folder (`.last.pt.staging-x1y2`,
+`model-best.staging-x1y2`), and of nothing a user would name: only such names are removed."""
+RETIRED_SUFFIX = ".old"
+"""A model directory between the two renames of its swap (`model-best.old`)."""
 
 
 class WriteError(OSError):
@@ -139,15 +144,15 @@ def save_checkpoint(
         "words": list(objective.bilm.words) if objective.bilm.words is not None else None,
     }
     try:
-        _write_atomically(path, lambda out: _torch_save(content, out))
+        write_atomically(path, lambda out: _torch_save(content, out))
     except OSError as err:
         raise WriteError(path, err) from err
 
 
-def _write_atomically(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """`write` into a staging file beside `path`, then rename it to `path`."""
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write` into a hidden staging file beside `path`, then rename it to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{STAGING_MARK}")
     try:
         os.chmod(temporary, 0o644)
         with os.fdopen(handle, "wb") as out:
@@ -241,7 +246,7 @@ def save_trained_model(objective: BiLMObjective, vocab: Vocabulary, model_dir: P
 
 def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]) -> None:
     model_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + ".new-"))
+    staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + STAGING_MARK))
     try:
         os.chmod(staging, 0o755)
         save_model(objective.bilm, staging)
@@ -256,7 +261,7 @@ def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Pat
 def _swap_in(staging: Path, target: Path) -> None:
     retired: Union[Path, None] = None
     if target.exists():
-        retired = target.with_name(target.name + ".old")
+        retired = target.with_name(target.name + RETIRED_SUFFIX)
         shutil.rmtree(retired, ignore_errors=True)
         os.replace(target, retired)
     try:
@@ -273,15 +278,23 @@ def remove_staging_leftovers(output_dir: Path) -> None:
     """Remove the staging files and folders a killed process left in a training's
     `output_dir`; a model directory caught between its two renames is put back."""
     for name in MODEL_DIRS:
-        target, retired = output_dir / name, output_dir / (name + ".old")
+        target, retired = output_dir / name, output_dir / (name + RETIRED_SUFFIX)
         if retired.is_dir() and not target.exists():
             os.replace(retired, target)
         shutil.rmtree(retired, ignore_errors=True)
-        for staging in output_dir.glob(name + ".new-*"):
+    for staging in staging_leftovers(output_dir):
+        if staging.is_dir():
             shutil.rmtree(staging, ignore_errors=True)
-    for name in (LAST_CHECKPOINT, BEST_CHECKPOINT):
-        for staging in output_dir.glob(f"{CHECKPOINTS_DIR}/{name}.*"):
+        else:
             staging.unlink()
+
+
+def staging_leftovers(output_dir: Path) -> List[Path]:
+    """The staging files and folders in a training's `output_dir` (a killed process's)."""
+    found = [path for name in MODEL_DIRS for path in output_dir.glob(name + STAGING_MARK + "*")]
+    for name in (LAST_CHECKPOINT, BEST_CHECKPOINT):
+        found += output_dir.glob(f"{CHECKPOINTS_DIR}/.{name}{STAGING_MARK}*")
+    return found
 
 
 def load_trained_model(model_dir: Union[str, Path]) -> Tuple[BiLMObjective, Vocabulary]:

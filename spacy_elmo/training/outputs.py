@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, WriteError
+from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, RETIRED_SUFFIX, WriteError, staging_leftovers, write_atomically
 
 PRETRAIN_CONFIG_FILE = "pretrain.cfg"
 METRICS_FILE = "metrics.jsonl"
@@ -25,16 +25,16 @@ def holds_training(output_dir: Path) -> bool:
 
 def clear_training(output_dir: Union[str, Path]) -> None:
     """Remove what a training wrote into `output_dir` (checkpoints, models, metrics),
-    including folders a crash left half-swapped; anything else there stays."""
+    including folders a crash left staged or half-swapped; anything else there stays."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return
-    for path in output_dir.iterdir():
-        if path.name in OUTPUTS or path.name.startswith(("model-best.", "model-last.")):
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
+    retired = [name + RETIRED_SUFFIX for name in MODEL_DIRS]
+    for path in [*(output_dir / name for name in (*OUTPUTS, *retired)), *staging_leftovers(output_dir)]:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def append_metrics(output_dir: Path, record: Dict[str, Any]) -> None:
@@ -58,4 +58,8 @@ def truncate_metrics(output_dir: Path, step: int) -> None:
                     kept.append(line)
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line cut by the kill
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        text = "".join(line + "\n" for line in kept).encode("utf-8")
+        try:
+            write_atomically(path, lambda out: out.write(text))
+        except OSError as err:
+            raise WriteError(path, err) from err

@@ -226,7 +226,7 @@ class FullDisk:
     def __call__(self, handle, mode="r", *args, **kwargs):
         out = self.real(handle, mode, *args, **kwargs)
         staging = Path(os.readlink(f"/proc/self/fd/{handle}"))
-        if mode != "wb" or not staging.name.startswith("last.pt."):
+        if mode != "wb" or not staging.name.startswith(".last.pt.staging-"):
             return out
         self.model_best = folder_bytes(staging.parent.parent / "model-best")
         return _FillingFile(out, self.room)
@@ -292,7 +292,7 @@ def test_a_failed_model_write_keeps_model_best_and_leaves_no_staging(toy_corpus,
     written = []
 
     def write_bytes_then_fill_the_disk(path, data):
-        if path.name == "softmax.npz" and path.parent.name.startswith("model-best.new-"):
+        if path.name == "softmax.npz" and path.parent.name.startswith("model-best.staging-"):
             written.append(folder_bytes(out / "model-best") if (out / "model-best").is_dir() else None)
             if len(written) == 2:
                 real_write_bytes(path, data[: len(data) // 2])
@@ -318,7 +318,7 @@ def test_a_failed_rename_puts_the_previous_model_back(toy_corpus, tmp_path, monk
     real_replace = os.replace
 
     def replace(source, destination):
-        if Path(source).name.startswith("model.new-"):
+        if Path(source).name.startswith("model.staging-"):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         return real_replace(source, destination)
 
@@ -407,11 +407,27 @@ def test_resume_removes_the_staging_leftovers_of_a_killed_run(toy_corpus, traine
     out = tmp_path / "out"
     shutil.copytree(trained, out)
     model_last = folder_bytes(out / "model-last")
-    (out / "checkpoints" / "last.pt.k1ll3d").write_bytes(b"PK half a checkpoint")
-    (out / "model-best.new-k1ll3d").mkdir()
-    (out / "model-best.new-k1ll3d" / "weights.npz").write_bytes(b"half")
+    (out / "checkpoints" / ".last.pt.staging-k1ll3d").write_bytes(b"PK half a checkpoint")
+    (out / "model-best.staging-k1ll3d").mkdir()
+    (out / "model-best.staging-k1ll3d" / "weights.npz").write_bytes(b"half")
     os.replace(out / "model-last", out / "model-last.old")  # killed between the two renames
     pretrain(config_for(toy_corpus, max_steps=4, eval_every=4, checkpoint_every=4), out, resume=True, progress_bar=False)
     assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "metrics.jsonl", "model-best", "model-last", "pretrain.cfg"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
     assert folder_bytes(out / "model-last") == model_last
+
+
+def test_resume_and_overwrite_keep_the_users_own_files_beside_the_outputs(toy_corpus, trained, tmp_path):
+    """Backups named like the outputs (a copy of last.pt, a packed model-best) are not
+    staging leftovers: neither a resume nor --overwrite removes them."""
+    out = tmp_path / "out"
+    shutil.copytree(trained, out)
+    own = [out / "checkpoints" / "last.pt.bak", out / "checkpoints" / "best.pt.copy", out / "model-best.tar.gz", out / "model-last.notes"]
+    for path in own:
+        path.write_bytes(b"mine")
+    pretrain(config_for(toy_corpus, max_steps=4, eval_every=4, checkpoint_every=4), out, resume=True, progress_bar=False)
+    assert all(path.read_bytes() == b"mine" for path in own)
+    pretrain(config_for(toy_corpus, max_steps=2), out, overwrite=True, progress_bar=False)
+    assert [path.read_bytes() for path in own[2:]] == [b"mine", b"mine"]  # checkpoints/ itself is a training output
+    outputs = ["checkpoints", "metrics.jsonl", "model-best", "model-last", "pretrain.cfg"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*outputs, "model-best.tar.gz", "model-last.notes"])
