@@ -119,7 +119,7 @@ def check_softmax(model_dir: Path, report: Report) -> None:
     """A pretraining model directory's softmax.npz and vocab.txt: readable, finite, and one
     softmax row per vocabulary entry."""
     head = report.attempt(lambda: load_lm_head(model_dir))
-    vocab = report.attempt(lambda: read_vocab(model_dir / VOCAB_FILE), (ValueError,))
+    vocab = report.attempt(lambda: Vocabulary.from_file(model_dir / VOCAB_FILE), (ValueError,))
     if head is not None:
         arrays = {"weight": head[0].numpy(), "bias": head[1].numpy()}
         report.problems += value_problems(arrays, model_dir / HEAD_FILE)
@@ -129,14 +129,6 @@ def check_softmax(model_dir: Path, report: Report) -> None:
         return
     if head is not None and vocab is not None and report.attempt(lambda: load_softmax_and_vocab(model_dir, dim)) is not None:
         report.facts["softmax"] = f"{len(vocab)} words x {dim} ({HEAD_FILE} and {VOCAB_FILE} agree)"
-
-
-def read_vocab(path: Path) -> Vocabulary:
-    """`Vocabulary.from_file`, with the path named in every error."""
-    try:
-        return Vocabulary.from_file(path)
-    except ValueError as err:
-        raise ValueError(str(err) if str(err).startswith(str(path)) else f"{path}: {err}") from err
 
 
 def training_facts(model_dir: Path) -> Dict[str, str]:
@@ -158,6 +150,9 @@ def check_file(path: Path, report: Report) -> Optional[BiLM]:
             start = handle.read(len(HDF5_FILE_START))
     except OSError as err:
         report.problem(path, f"cannot be read ({err.strerror})")
+        return None
+    if path.suffix == ".npz":  # a zip archive too, but not a checkpoint
+        report.problem(path, f"one file of a model directory: give the directory ({path.parent})")
         return None
     if path.suffix in (".pt", ".pth") or start.startswith(TORCH_FILE_START):
         report.kind = "training checkpoint"

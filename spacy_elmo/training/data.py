@@ -41,7 +41,10 @@ class Vocabulary:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"{path}: vocabulary file not found")
-        lines = path.read_text(encoding="utf-8").split("\n")
+        try:
+            lines = path.read_text(encoding="utf-8").split("\n")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: {not_utf8(err)}") from err
         if lines and lines[-1] == "":
             lines.pop()
         try:
@@ -61,11 +64,19 @@ def read_sentences(path: Union[str, Path], max_tokens: int) -> List[Sentence]:
     sentences longer than `max_tokens` cut into consecutive pieces."""
     sentences = []
     with Path(path).open(encoding="utf-8") as handle:
-        for line in handle:
-            tokens = line.split()
-            for start in range(0, len(tokens), max_tokens):
-                sentences.append(tokens[start : start + max_tokens])
+        try:
+            for line in handle:
+                tokens = line.split()
+                for start in range(0, len(tokens), max_tokens):
+                    sentences.append(tokens[start : start + max_tokens])
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: {not_utf8(err)}") from err
     return sentences
+
+
+def not_utf8(err: UnicodeDecodeError) -> str:
+    """What a text file that fails to decode is, for an error that names the file."""
+    return f"not UTF-8 text ({err.reason})"
 
 
 def train_shards(corpus_dir: Union[str, Path]) -> List[Path]:

@@ -246,6 +246,11 @@ def test_a_missing_path_or_an_unknown_file_is_a_problem(tmp_path: Path) -> None:
     assert_problems(validate(tmp_path), f"{tmp_path}: neither a spacy-elmo model directory nor a spaCy pipeline")
 
 
+def test_a_model_directorys_weight_file_is_not_taken_for_a_checkpoint(tiny_model_dir: Path) -> None:
+    weights = tiny_model_dir / "weights.npz"
+    assert_problems(validate(weights), f"{weights}: one file of a model directory: give the directory ({tiny_model_dir})")
+
+
 def test_the_checksum_covers_every_tensor(tiny_model_dir: Path) -> None:
     bilm = load_model(tiny_model_dir)
     before = weights_checksum(bilm)

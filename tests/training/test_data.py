@@ -34,6 +34,15 @@ def test_vocabulary_reads_ids_and_refuses_bad_files(tmp_path):
         Vocabulary.from_file(tmp_path / "missing.txt")
 
 
+def test_text_that_is_not_utf8_is_an_error_naming_the_file(tmp_path):
+    latin1 = "<S>\n</S>\n<UNK>\ncaf\u00e9\n".encode("latin-1")
+    (tmp_path / "vocab.txt").write_bytes(latin1)
+    (tmp_path / "dev.txt").write_bytes(b"plain words\n" * 5000 + latin1)  # past the first block the reader decodes
+    for read in (lambda: Vocabulary.from_file(tmp_path / "vocab.txt"), lambda: read_sentences(tmp_path / "dev.txt", 10)):
+        with pytest.raises(ValueError, match=f"^{tmp_path}/(vocab|dev).txt: not UTF-8 text \\(invalid continuation byte\\)$"):
+            read()
+
+
 def test_long_sentences_are_cut_and_blank_lines_skipped(tmp_path):
     (tmp_path / "s.txt").write_text("a b c d e f g\n\nh i\n", encoding="utf-8")
     assert read_sentences(tmp_path / "s.txt", 3) == [["a", "b", "c"], ["d", "e", "f"], ["g"], ["h", "i"]]
