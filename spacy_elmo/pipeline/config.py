@@ -44,10 +44,12 @@ class LayerMix:
             unknown = set(setting) - {"weights", "gamma"}
             if unknown or "weights" not in setting:
                 raise ValueError(f"an explicit mix needs 'weights' and optionally 'gamma', got keys {sorted(setting)}")
-            weights = numpy.asarray(setting["weights"], dtype=numpy.float32)
-            if weights.shape != (n_layers,) or not numpy.all(numpy.isfinite(weights)):
+            given_weights, gamma = finite_numbers(setting["weights"]), finite_numbers(setting.get("gamma", 1.0))
+            if given_weights is None or given_weights.shape != (n_layers,):
                 raise ValueError(f"mix weights must be {n_layers} finite numbers, got {setting['weights']!r}")
-            return cls(weights, float(setting.get("gamma", 1.0)))
+            if gamma is None or gamma.shape != ():
+                raise ValueError(f"a mix's gamma must be a finite number, got {setting['gamma']!r}")
+            return cls(given_weights, float(gamma))
         raise ValueError(f"unsupported mix setting {setting!r}")
 
     @staticmethod
@@ -56,9 +58,23 @@ class LayerMix:
         if isinstance(setting, int) and not isinstance(setting, bool):
             return
         if isinstance(setting, dict) and "weights" in setting:
-            LayerMix.from_setting(setting, len(setting["weights"]))
+            given = setting["weights"]
+            if not isinstance(given, (list, tuple)):
+                raise ValueError(f"mix weights must be a list of finite numbers, one per layer, got {given!r}")
+            LayerMix.from_setting(setting, len(given))
             return
         LayerMix.from_setting(setting, 1)
+
+
+def finite_numbers(value: Any) -> Optional[numpy.ndarray]:
+    """`value` as a float32 array when it is a number or a list of numbers, all finite; else None."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        return None
+    try:
+        array = numpy.asarray(value, dtype=numpy.float32)
+    except (TypeError, ValueError):
+        return None
+    return array if numpy.all(numpy.isfinite(array)) else None
 
 
 @dataclass(frozen=True)

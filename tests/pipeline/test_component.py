@@ -8,6 +8,7 @@ import torch
 from spacy_elmo.batching import token_budget_batches
 from spacy_elmo.io import ModelFileError
 from spacy_elmo.pipeline.component import ElmoComponent
+from spacy_elmo.pipeline.config import LayerMix
 from spacy_elmo.pipeline.segments import Segment, doc_segments, windows
 
 TEXT = "I sat by the bank of the river."
@@ -63,6 +64,10 @@ def test_mix_settings(tiny_model_dir, mix, weights, gamma):
         ({"token_cache_size": -1}, "token_cache_size"),
         ({"device": "cuda:0"} if not torch.cuda.is_available() else {"device": "meta"}, "no CUDA device|must be one of"),
         ({"mix": {"weights": [[1, 2]]}}, "finite numbers"),
+        ({"mix": {"weights": 5}}, "mix weights must be a list of finite numbers, one per layer, got 5"),
+        ({"mix": {"weights": ["a", "b", "c"]}}, "mix weights must be 3 finite numbers"),
+        ({"mix": {"weights": [1, 0, 0], "gamma": "big"}}, "gamma must be a finite number, got 'big'"),
+        ({"mix": {"weights": [1, 0, 0], "gamma": None}}, "gamma must be a finite number, got None"),
         ({"batch_tokens": 0}, "batch_tokens"),
         ({"window_size": 10_000}, "window_size"),
         ({"mix": True}, "boolean|mix"),
@@ -276,3 +281,12 @@ def test_the_factory_defaults_settings_and_readme_table_agree():
     section = readme.split("### Component settings", 1)[1].split("\n\n", 2)[1]
     documented = {m[1]: json.loads(m[2]) for m in re.finditer(r"^\| `(\w+)` \| `(.*?)` \|", section, flags=re.M)}
     assert documented == DEFAULT_CONFIG
+
+
+def test_an_explicit_mix_refuses_a_gamma_or_weight_that_is_not_finite():
+    """NaN and infinity do not pass through spaCy's JSON config, but do through the Python API."""
+    assert LayerMix.from_setting({"weights": [1, 0, 0], "gamma": 2}, 3).gamma == 2.0
+    with pytest.raises(ValueError, match="gamma must be a finite number, got nan"):
+        LayerMix.from_setting({"weights": [1, 0, 0], "gamma": float("nan")}, 3)
+    with pytest.raises(ValueError, match="mix weights must be 3 finite numbers, got \\[1, inf, 0\\]"):
+        LayerMix.from_setting({"weights": [1, float("inf"), 0]}, 3)
