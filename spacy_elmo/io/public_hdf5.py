@@ -110,11 +110,11 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
     path = Path(weight_file)
     if not path.is_file():
         raise ModelFileError(path, "weight file not found")
+    table = weight_table(bilm)  # first: it refuses what the format cannot hold
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
         raise ModelFileError(path, f"not a readable HDF5 weight file, it may be truncated or corrupt ({err})") from err
-    table = weight_table(bilm)
     with handle:
         check_no_extra_layers(handle, bilm.config, path, options_file)
         for name, entry in table.items():
@@ -139,15 +139,13 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
 
 
 def check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) -> None:
-    extras = [
-        f"CNN/W_cnn_{len(config.filters)}",
-        f"CNN_high_{config.n_highway}",
-        f"RNN_0/RNN/MultiRNNCell/Cell{config.n_layers}",
-    ]
+    directions = ("RNN_0", "RNN_1")
+    extras = [f"CNN/W_cnn_{len(config.filters)}", f"CNN_high_{config.n_highway}"]
+    extras += [f"{rnn}/RNN/MultiRNNCell/Cell{config.n_layers}" for rnn in directions]
     if config.n_filters == config.projection_dim:
         extras.append("CNN_proj")
     if config.lstm_dim == config.projection_dim:
-        extras.append("RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0")
+        extras += [f"{rnn}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/W_P_0" for rnn in directions for layer in range(config.n_layers)]
     for name in extras:
         if name in handle:
             raise ModelFileError(path, f"holds {name!r}, which the options in {options_file} do not describe")

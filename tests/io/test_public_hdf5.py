@@ -158,6 +158,24 @@ def test_options_that_do_not_match_the_weights_are_named(tmp_path, allennlp_fixt
     assert __import__("re").search(message, text), text
 
 
+@pytest.mark.parametrize(
+    "extra,named",
+    [
+        ("RNN_1/RNN/MultiRNNCell/Cell2/LSTMCell/B", "RNN_1/RNN/MultiRNNCell/Cell2"),
+        ("RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0", "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/W_P_0"),
+    ],
+    ids=["backward-layer", "backward-projection"],
+)
+def test_weights_the_options_do_not_describe_are_refused_in_either_direction(tmp_path, extra, named):
+    """A layer (or a projection) that only the backward LSTM has is named, not dropped."""
+    config = BiLMConfig(filters=((1, 4), (2, 8)), char_embedding_dim=4, n_highway=1, lstm_dim=6, projection_dim=6, n_layers=2)
+    save_public_model(random_bilm(config), tmp_path / "options.json", tmp_path / "weights.hdf5")
+    with h5py.File(tmp_path / "weights.hdf5", "r+") as handle:
+        handle.create_dataset(extra, data=numpy.zeros(4, dtype=numpy.float32))
+    with pytest.raises(ModelFileError, match=f"weights.hdf5: holds '{named}', which the options in .*options.json do not describe"):
+        load_public_model(tmp_path / "options.json", tmp_path / "weights.hdf5")
+
+
 def test_nan_weights_are_rejected(tmp_path, allennlp_fixture):
     weights = tmp_path / "weights.hdf5"
     shutil.copy(allennlp_fixture / "lm_weights.hdf5", weights)
