@@ -53,6 +53,7 @@ _CONTROL_CHARACTERS = "".join(c for c in map(chr, range(0xA0)) if unicodedata.ca
 _CONTROLS = re.compile(f"[{re.escape(_CONTROL_CHARACTERS)}]")
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _LEADING_SPACE = re.compile(r"\s*")
+_THROUGH_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
 _LONG_RUN = re.compile(rf"(?<!\S)\S{{{MAX_RUN_CHARS + 1},}}")
 """A long run, matched from its start only (linear time)."""
 
@@ -215,7 +216,8 @@ def _pieces(text: str) -> Iterator[str]:
     """`text` cut at whitespace into pieces of at most about MAX_CHARS_PER_PIECE characters."""
     start = 0
     while len(text) - start > MAX_CHARS_PER_PIECE:
-        cut = text.rfind(" ", start, start + MAX_CHARS_PER_PIECE)
+        through_last_space = _THROUGH_LAST_SPACE.match(text, start, start + MAX_CHARS_PER_PIECE)
+        cut = through_last_space.end() - 1 if through_last_space else start
         cut = cut if cut > start else start + MAX_CHARS_PER_PIECE
         yield text[start:cut]
         start = cast(Match[str], _LEADING_SPACE.match(text, cut)).end()  # the pattern matches the empty string

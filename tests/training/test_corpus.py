@@ -71,6 +71,14 @@ def test_very_long_lines_are_tokenized_in_pieces(tmp_path):
     assert len(train) > 1  # cut into pieces under spaCy's max_length
 
 
+def test_a_long_document_without_spaces_is_cut_at_its_newlines_not_inside_a_word(tmp_path):
+    words = ["word%d" % (i % 50) for i in range(60_000)]
+    srsly.write_jsonl(tmp_path / "in.jsonl", [{"text": "\n".join(words)}])
+    stats = prepare_corpus(tmp_path / "in.jsonl", tmp_path / "out", dev_fraction=0, test_fraction=0)
+    train, _, _ = read_output(tmp_path / "out")
+    assert sorted(token for line in train for token in line.split(" ")) == sorted(words) and stats.tokens == len(words)
+
+
 def test_jsonl_folder_and_docbin_inputs(tmp_path):
     srsly.write_jsonl(tmp_path / "in.jsonl", [{"text": "One two three ."}, {"text": "  "}, {"text": "Four ."}])
     assert prepare_corpus(tmp_path / "in.jsonl", tmp_path / "j", dev_fraction=0, test_fraction=0).sentences == 2
