@@ -22,6 +22,15 @@ def clean_errors() -> Iterator[None]:
         raise typer.BadParameter(str(err)) from err
 
 
+def parse_mix(mix: str) -> Union[str, int]:
+    """A mix setting as typed on the command line: a layer index (negative counts from the
+    top) when it reads as an integer, else the name it is ("average", "top")."""
+    try:
+        return int(mix)
+    except ValueError:
+        return mix
+
+
 def run_app() -> None:
     """`python -m spacy_elmo`: run the app. A process that torchrun started as one of several
     ends with `os._exit` once its command is done and its output flushed, skipping Python's

@@ -2,7 +2,6 @@
 and `export` (-> public weights)."""
 
 from pathlib import Path
-from typing import Union
 
 import spacy
 import typer
@@ -10,13 +9,7 @@ import typer
 from ..io import find_model_dir, load_model, load_public_model, save_public_model
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
-from .app import app, clean_errors
-
-
-def parse_mix(mix: str) -> Union[str, int]:
-    """ "average", "top" or a layer index as typed on the command line."""
-    return int(mix) if mix.lstrip("-").isdigit() else mix
-
+from .app import app, clean_errors, parse_mix
 
 # the pipeline options `convert` and `assemble` share
 PIPELINE_DIR = typer.Argument(..., help="Where to write the spaCy pipeline")

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from .app import app, clean_errors
+from .app import app, clean_errors, parse_mix
 
 
 @app.command()
@@ -32,7 +32,7 @@ def probe(
 
     with clean_errors():
         names = check_labels(name.strip() for name in labels.split(",") if name.strip())
-        mix_setting = int(mix) if mix.lstrip("-").isdigit() else mix
+        mix_setting = parse_mix(mix)
         nlp = elmo_pipeline(model, options, mix=mix_setting)
         docs = read_docs(data, nlp, limit)
         if eval_data is None:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from elmo_testing import plain
 from spacy_elmo.cli import app
-from spacy_elmo.cli.app import exit_status
+from spacy_elmo.cli.app import exit_status, parse_mix
 
 runner = CliRunner()
 
@@ -88,3 +88,7 @@ def test_a_torchrun_process_ends_without_teardown_with_its_status_and_output(tin
 def test_exit_status_follows_system_exit():
     assert [exit_status(code) for code in (None, 0, 3, 130)] == [0, 0, 3, 130]
     assert exit_status("a message") == 1
+
+
+def test_a_mix_typed_on_the_command_line_is_a_layer_index_only_when_it_reads_as_an_integer():
+    assert [parse_mix(text) for text in ("2", "-1", "average", "top", "--1", "1.5")] == [2, -1, "average", "top", "--1", "1.5"]
