@@ -50,7 +50,9 @@ class PathsSettings:
     """A folder written by `corpus`: train/shard_*.txt, dev.txt, test.txt, vocab.txt."""
     init_from: Optional[Text] = None
     """A model directory, a pipeline with an elmo component, or a public .hdf5 (with
-    `init_options`) whose biLM weights start the training; the softmax starts fresh."""
+    `init_options`) whose biLM weights start the training. From a pretraining model
+    directory, the softmax rows of the words its vocabulary shares with the corpus's are
+    carried over too; the other rows (all of them from a pipeline or public weights) start fresh."""
     init_options: Optional[Text] = None
 
 
