@@ -1,7 +1,9 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
 
+import contextlib
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, cast
@@ -65,22 +67,38 @@ def dump(
     start = time.perf_counter()
     # HDF5 1.8's group format: the default (1.6) root group's index keeps ~130 bytes a
     # dataset in memory, which grows without bound over a large input
-    with h5py.File(output_file, "w", libver=("v108", "v108")) as out, tqdm(total=n_tokens, unit="tok", desc="dump", unit_scale=True) as bar:
-        for chunk in read_chunks(input_file):
-            for batch in token_budget_batches(chunk, batch_tokens, length=lambda line: len(line[2])):
-                layers = embedder([tokens for _, _, tokens in batch]).layers.cpu().numpy()
-                for row, (index, line, tokens) in enumerate(batch):
-                    values = select_layers(layers[:, row, : len(tokens)], all_layers, top)
-                    out.create_dataset(line if use_sentence_keys else str(index), data=values)
-                    if not (use_sentence_keys or forget_sentences):
-                        sentence_to_index[line] = str(index)
-                bar.update(sum(len(tokens) for _, _, tokens in batch))
-            release_freed_memory()
-        if not (use_sentence_keys or forget_sentences):
-            dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            dataset[0] = json.dumps(sentence_to_index)
+    with clean_errors(), staged(output_file) as staging:
+        with h5py.File(staging, "w", libver=("v108", "v108")) as out, tqdm(total=n_tokens, unit="tok", desc="dump", unit_scale=True) as bar:
+            for chunk in read_chunks(input_file):
+                for batch in token_budget_batches(chunk, batch_tokens, length=lambda line: len(line[2])):
+                    layers = embedder([tokens for _, _, tokens in batch]).layers.cpu().numpy()
+                    for row, (index, line, tokens) in enumerate(batch):
+                        values = select_layers(layers[:, row, : len(tokens)], all_layers, top)
+                        out.create_dataset(line if use_sentence_keys else str(index), data=values)
+                        if not (use_sentence_keys or forget_sentences):
+                            sentence_to_index[line] = str(index)
+                    bar.update(sum(len(tokens) for _, _, tokens in batch))
+                release_freed_memory()
+            if not (use_sentence_keys or forget_sentences):
+                dataset = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                dataset[0] = json.dumps(sentence_to_index)
     elapsed = time.perf_counter() - start
     typer.echo(f"{n_lines} sentences, {n_tokens} tokens in {elapsed:.1f} s ({n_tokens / elapsed:.0f} tokens/s) -> {output_file}")
+
+
+@contextlib.contextmanager
+def staged(path: Path) -> Iterator[Path]:
+    """A hidden staging path beside `path`, renamed to `path` when the block ends and removed
+    when it fails or is interrupted: a file already at `path` is replaced only by a whole
+    new one, and a failed write is an error naming `path`."""
+    staging = path.with_name(f".{path.name}.staging-{os.getpid()}")
+    try:
+        yield staging
+        os.replace(staging, path)
+    except OSError as err:
+        raise OSError(f"{path}: could not be written ({err.strerror or err})") from err
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def usable_as_key(sentence: str) -> bool:

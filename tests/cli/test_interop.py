@@ -1,6 +1,8 @@
 """convert / export / dump / warm: interop with the public format and `allennlp elmo`."""
 
+import errno
 import json
+import os
 import subprocess
 import sys
 
@@ -156,6 +158,26 @@ def test_dump_errors_on_a_missing_output_directory_or_model(tmp_path, sentences_
     assert result.exit_code == 2 and "output directory not found" in plain(result.output)
     result = runner.invoke(app, ["dump", str(tmp_path / "nomodel"), str(path), str(tmp_path / "o.hdf5"), "--top"])
     assert result.exit_code == 2 and "nomodel: weights not found" in plain(result.output)
+
+
+def test_a_dump_that_fails_part_way_keeps_the_file_it_would_replace(tmp_path, sentences_file, monkeypatch):
+    path, _ = sentences_file
+    save_model(random_bilm(), tmp_path / "model")
+    (tmp_path / "out.hdf5").write_bytes(b"an earlier dump")
+    real_create = h5py.Group.create_dataset
+    created = []
+
+    def create_then_fill_the_disk(group, name, *args, **kwargs):
+        created.append(name)
+        if len(created) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_create(group, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", create_then_fill_the_disk)
+    result = runner.invoke(app, ["dump", str(tmp_path / "model"), str(path), str(tmp_path / "out.hdf5"), "--top"])
+    assert result.exit_code == 2 and f"{tmp_path / 'out.hdf5'}: could not be written (No space left on device)" in plain(result.output)
+    assert (tmp_path / "out.hdf5").read_bytes() == b"an earlier dump"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out.hdf5", "sentences.txt"]  # no staging file left
 
 
 def test_dump_forget_sentences_and_many_chunks(tmp_path, monkeypatch):
