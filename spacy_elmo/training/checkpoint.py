@@ -198,9 +198,14 @@ def _torch_save(content: Dict[str, Any], out: BinaryIO) -> None:
 
 def _fsync_directory(path: Path) -> None:
     try:
-        handle = os.open(path, os.O_RDONLY)
+        _fsync_path(path)
     except OSError:  # platforms without directory handles
         return
+
+
+def _fsync_path(path: Path) -> None:
+    """Flush a file's or a directory's content (its entries) to the disk."""
+    handle = os.open(path, os.O_RDONLY)
     try:
         os.fsync(handle)
     finally:
@@ -253,7 +258,11 @@ def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Pat
         save_lm_head(objective.head.weight, objective.head.bias, staging)
         vocab.to_file(staging / VOCAB_FILE)
         (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+        for path in staging.iterdir():  # on disk before the renames make them the model
+            _fsync_path(path)
+        _fsync_directory(staging)
         _swap_in(staging, model_dir)
+        _fsync_directory(model_dir.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

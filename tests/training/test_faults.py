@@ -309,6 +309,23 @@ def test_a_failed_model_write_keeps_model_best_and_leaves_no_staging(toy_corpus,
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
 
 
+def test_a_model_directory_is_flushed_to_disk_before_it_is_renamed_into_place(toy_corpus, tmp_path, monkeypatch):
+    """A power cut after the swap finds whole files in model-best/, not empty ones."""
+    pretrain(config_for(toy_corpus, max_steps=1, eval_every=1, checkpoint_every=1), tmp_path / "run", progress_bar=False)
+    objective, vocab = load_trained_model(tmp_path / "run" / "model-best")
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(checkpoint_module.os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
+    monkeypatch.setattr(checkpoint_module.os, "replace", lambda a, b: events.append(("replace", str(a), str(b))) or real_replace(a, b))
+    save_trained_model(objective, vocab, tmp_path / "model", {"step": 1})
+    monkeypatch.undo()
+    (swap,) = [i for i, event in enumerate(events) if event[0] == "replace" and event[2] == str(tmp_path / "model")]
+    staging = events[swap][1]
+    flushed = {event[1] for event in events[:swap] if event[0] == "fsync"}
+    assert {f"{staging}/{p.name}" for p in (tmp_path / "model").iterdir()} | {staging} <= flushed
+    assert ("fsync", str(tmp_path)) in events[swap:]  # and the rename itself
+
+
 def test_a_failed_rename_puts_the_previous_model_back(toy_corpus, tmp_path, monkeypatch):
     pretrain(config_for(toy_corpus, max_steps=1, eval_every=1, checkpoint_every=1), tmp_path / "run", progress_bar=False)
     objective, vocab = load_trained_model(tmp_path / "run" / "model-best")
