@@ -44,6 +44,11 @@ MODEL_DIRS = (MODEL_BEST, MODEL_LAST)
 STAGING_MARK = ".staging-"
 """In the name of every staging file and folder (`.last.pt.staging-x1y2`,
 `model-best.staging-x1y2`), and of nothing a user would name: only such names are removed."""
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once, at import: setting it is the only way to read it
+FILE_MODE, DIRECTORY_MODE = 0o666 & ~_UMASK, 0o777 & ~_UMASK
+"""What `open` and `mkdir` would give: mkstemp and mkdtemp create their staging paths
+private (0o600, 0o700), and a checkpoint or model should end up as any other file."""
 RETIRED_SUFFIX = ".old"
 """A model directory between the two renames of its swap (`model-best.old`)."""
 
@@ -154,7 +159,7 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{STAGING_MARK}")
     try:
-        os.chmod(temporary, 0o644)
+        os.chmod(temporary, FILE_MODE)
         with os.fdopen(handle, "wb") as out:
             write(out)
             out.flush()
@@ -253,7 +258,7 @@ def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Pat
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + STAGING_MARK))
     try:
-        os.chmod(staging, 0o755)
+        os.chmod(staging, DIRECTORY_MODE)
         save_model(objective.bilm, staging)
         save_lm_head(objective.head.weight, objective.head.bias, staging)
         vocab.to_file(staging / VOCAB_FILE)

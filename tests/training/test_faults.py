@@ -309,6 +309,26 @@ def test_a_failed_model_write_keeps_model_best_and_leaves_no_staging(toy_corpus,
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
 
 
+WRITE_UNDER_A_UMASK = """
+import os, sys
+from pathlib import Path
+os.umask(int(sys.argv[2], 8))
+from spacy_elmo.training.checkpoint import load_trained_model, save_trained_model, write_atomically
+out = Path(sys.argv[3])
+save_trained_model(*load_trained_model(sys.argv[1]), out / "model", {"step": 1})
+write_atomically(out / "last.pt", lambda handle: handle.write(b"checkpoint"))
+"""
+
+
+@pytest.mark.parametrize("umask,file_mode,folder_mode", [("022", 0o644, 0o755), ("077", 0o600, 0o700), ("002", 0o664, 0o775)])
+def test_checkpoints_and_models_get_the_modes_the_umask_gives_other_files(trained, tmp_path, umask, file_mode, folder_mode):
+    command = [sys.executable, "-c", WRITE_UNDER_A_UMASK, str(trained / "model-best"), umask, str(tmp_path)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "last.pt").stat().st_mode & 0o777 == file_mode
+    assert (tmp_path / "model").stat().st_mode & 0o777 == folder_mode
+
+
 def test_a_model_directory_is_flushed_to_disk_before_it_is_renamed_into_place(toy_corpus, tmp_path, monkeypatch):
     """A power cut after the swap finds whole files in model-best/, not empty ones."""
     pretrain(config_for(toy_corpus, max_steps=1, eval_every=1, checkpoint_every=1), tmp_path / "run", progress_bar=False)
