@@ -202,15 +202,19 @@ def _torch_save(content: Dict[str, Any], out: BinaryIO) -> None:
 
 
 def _fsync_directory(path: Path) -> None:
+    """Flush a directory's entries to the disk, where the platform can open a directory."""
     try:
-        _fsync_path(path)
+        handle = os.open(path, os.O_RDONLY)
     except OSError:  # platforms without directory handles
         return
+    _fsync_and_close(handle)
 
 
-def _fsync_path(path: Path) -> None:
-    """Flush a file's or a directory's content (its entries) to the disk."""
-    handle = os.open(path, os.O_RDONLY)
+def _fsync_file(path: Path) -> None:
+    _fsync_and_close(os.open(path, os.O_RDONLY))
+
+
+def _fsync_and_close(handle: int) -> None:
     try:
         os.fsync(handle)
     finally:
@@ -264,7 +268,7 @@ def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Pat
         vocab.to_file(staging / VOCAB_FILE)
         (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
         for path in staging.iterdir():  # on disk before the renames make them the model
-            _fsync_path(path)
+            _fsync_file(path)
         _fsync_directory(staging)
         _swap_in(staging, model_dir)
         _fsync_directory(model_dir.parent)
