@@ -1,9 +1,7 @@
 """`dump`: one sentence per line in, the `allennlp elmo` hdf5 layout out."""
 
-import contextlib
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple, cast
@@ -15,6 +13,7 @@ from tqdm import tqdm
 from ..batching import token_budget_batches
 from ..heap import release_freed_memory
 from ..io import load_bilm
+from ..io.staging import staged_file
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
 from ..pipeline.config import ElmoSettings
@@ -67,7 +66,7 @@ def dump(
     start = time.perf_counter()
     # HDF5 1.8's group format: the default (1.6) root group's index keeps ~130 bytes a
     # dataset in memory, which grows without bound over a large input
-    with clean_errors(), staged(output_file) as staging:
+    with clean_errors(), staged_file(output_file) as staging:
         with h5py.File(staging, "w", libver=("v108", "v108")) as out, tqdm(total=n_tokens, unit="tok", desc="dump", unit_scale=True) as bar:
             for chunk in read_chunks(input_file):
                 for batch in token_budget_batches(chunk, batch_tokens, length=lambda line: len(line[2])):
@@ -84,21 +83,6 @@ def dump(
                 dataset[0] = json.dumps(sentence_to_index)
     elapsed = time.perf_counter() - start
     typer.echo(f"{n_lines} sentences, {n_tokens} tokens in {elapsed:.1f} s ({n_tokens / elapsed:.0f} tokens/s) -> {output_file}")
-
-
-@contextlib.contextmanager
-def staged(path: Path) -> Iterator[Path]:
-    """A hidden staging path beside `path`, renamed to `path` when the block ends and removed
-    when it fails or is interrupted: a file already at `path` is replaced only by a whole
-    new one, and a failed write is an error naming `path`."""
-    staging = path.with_name(f".{path.name}.staging-{os.getpid()}")
-    try:
-        yield staging
-        os.replace(staging, path)
-    except OSError as err:
-        raise OSError(f"{path}: could not be written ({err.strerror or err})") from err
-    finally:
-        staging.unlink(missing_ok=True)
 
 
 def usable_as_key(sentence: str) -> bool:
@@ -136,15 +120,19 @@ Line = Tuple[int, str, List[str]]
 
 
 def read_chunks(path: Path) -> Iterator[List[Line]]:
-    """(line index, sentence, tokens) in chunks of LINES_PER_CHUNK lines."""
+    """(line index, sentence, tokens) in chunks of LINES_PER_CHUNK lines. A failed read is
+    a ValueError naming `path` (the dump's OSErrors are the output's, see `staged_file`)."""
     chunk: List[Line] = []
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for index, line in enumerate(lines):
-            sentence = line.strip()
-            chunk.append((index, sentence, sentence.split()))
-            if len(chunk) == LINES_PER_CHUNK:
-                yield chunk
-                chunk = []
+    try:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for index, line in enumerate(lines):
+                sentence = line.strip()
+                chunk.append((index, sentence, sentence.split()))
+                if len(chunk) == LINES_PER_CHUNK:
+                    yield chunk
+                    chunk = []
+    except OSError as err:
+        raise ValueError(f"{path}: could not be read ({err.strerror or err})") from err
     if chunk:
         yield chunk
 

@@ -17,18 +17,17 @@ failed write are removed, those of a killed process by `remove_staging_leftovers
 import dataclasses
 import hashlib
 import json
-import os
 import pickle
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union
 
 import torch
 
 from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, save_model
 from ..io.lm_head import HEAD_FILE
+from ..io.staging import STAGING_MARK, put_back_retired, staged_directory, write_atomically
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
 from .config import BatchingSettings
@@ -41,29 +40,6 @@ CHECKPOINTS_DIR = "checkpoints"
 LAST_CHECKPOINT, BEST_CHECKPOINT = "last.pt", "best.pt"
 MODEL_BEST, MODEL_LAST = "model-best", "model-last"
 MODEL_DIRS = (MODEL_BEST, MODEL_LAST)
-STAGING_MARK = ".staging-"
-"""In the name of every staging file and folder (`.last.pt.staging-x1y2`,
-`model-best.staging-x1y2`), and of nothing a user would name: only such names are removed."""
-_UMASK = os.umask(0)
-os.umask(_UMASK)  # read once, at import: setting it is the only way to read it
-FILE_MODE, DIRECTORY_MODE = 0o666 & ~_UMASK, 0o777 & ~_UMASK
-"""What `open` and `mkdir` would give: mkstemp and mkdtemp create their staging paths
-private (0o600, 0o700), and a checkpoint or model should end up as any other file."""
-RETIRED_SUFFIX = ".old"
-"""A model directory between the two renames of its swap (`model-best.old`)."""
-
-
-class WriteError(OSError):
-    """Writing `path` failed part-way; what was there before is left as it was."""
-
-    def __init__(self, path: Union[str, Path], cause: OSError, hint: str = "") -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.path = Path(path)
-        self.cause = cause
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return f"{self.path}: could not be written ({self.strerror})" + (f"; {self.hint}" if self.hint else "")
 
 
 @dataclass
@@ -148,27 +124,7 @@ def save_checkpoint(
         "config": config,
         "words": list(objective.bilm.words) if objective.bilm.words is not None else None,
     }
-    try:
-        write_atomically(path, lambda out: _torch_save(content, out))
-    except OSError as err:
-        raise WriteError(path, err) from err
-
-
-def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """`write` into a hidden staging file beside `path`, then rename it to `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{STAGING_MARK}")
-    try:
-        os.chmod(temporary, FILE_MODE)
-        with os.fdopen(handle, "wb") as out:
-            write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-        _fsync_directory(path.parent)  # the rename itself survives a power cut
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+    write_atomically(path, lambda out: _torch_save(content, out))
 
 
 class _ErrorKeepingFile:
@@ -201,26 +157,6 @@ def _torch_save(content: Dict[str, Any], out: BinaryIO) -> None:
         raise keeping.error from err
 
 
-def _fsync_directory(path: Path) -> None:
-    """Flush a directory's entries to the disk, where the platform can open a directory."""
-    try:
-        handle = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory handles
-        return
-    _fsync_and_close(handle)
-
-
-def _fsync_file(path: Path) -> None:
-    _fsync_and_close(os.open(path, os.O_RDONLY))
-
-
-def _fsync_and_close(handle: int) -> None:
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
 def load_checkpoint(path: Path) -> Dict[str, Any]:
     """A checkpoint's content; tensors and plain values only, nothing else is unpickled."""
     if not path.is_file():
@@ -251,55 +187,19 @@ def _first_sentence(err: Exception) -> str:
 
 def save_trained_model(objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]) -> None:
     """Write the model directory next to its final place, then swap it in; a failed write
-    leaves the previous one intact."""
-    try:
-        _write_model_dir(objective, vocab, model_dir, info)
-    except OSError as err:
-        raise WriteError(model_dir, err) from err
-
-
-def _write_model_dir(objective: BiLMObjective, vocab: Vocabulary, model_dir: Path, info: Dict[str, Any]) -> None:
-    model_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=model_dir.parent, prefix=model_dir.name + STAGING_MARK))
-    try:
-        os.chmod(staging, DIRECTORY_MODE)
+    is a `WriteError` and leaves the previous one intact."""
+    with staged_directory(model_dir) as staging:
         save_model(objective.bilm, staging)
         save_lm_head(objective.head.weight, objective.head.bias, staging)
         vocab.to_file(staging / VOCAB_FILE)
         (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
-        for path in staging.iterdir():  # on disk before the renames make them the model
-            _fsync_file(path)
-        _fsync_directory(staging)
-        _swap_in(staging, model_dir)
-        _fsync_directory(model_dir.parent)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    retired: Union[Path, None] = None
-    if target.exists():
-        retired = target.with_name(target.name + RETIRED_SUFFIX)
-        shutil.rmtree(retired, ignore_errors=True)
-        os.replace(target, retired)
-    try:
-        os.replace(staging, target)
-    except OSError:
-        if retired is not None:
-            os.replace(retired, target)
-        raise
-    if retired is not None:
-        shutil.rmtree(retired, ignore_errors=True)
 
 
 def remove_staging_leftovers(output_dir: Path) -> None:
     """Remove the staging files and folders a killed process left in a training's
     `output_dir`; a model directory caught between its two renames is put back."""
     for name in MODEL_DIRS:
-        target, retired = output_dir / name, output_dir / (name + RETIRED_SUFFIX)
-        if retired.is_dir() and not target.exists():
-            os.replace(retired, target)
-        shutil.rmtree(retired, ignore_errors=True)
+        put_back_retired(output_dir / name)
     for staging in staging_leftovers(output_dir):
         if staging.is_dir():
             shutil.rmtree(staging, ignore_errors=True)

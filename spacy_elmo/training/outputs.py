@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, RETIRED_SUFFIX, WriteError, staging_leftovers, write_atomically
+from ..io.staging import RETIRED_SUFFIX, WriteError, write_atomically
+from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, staging_leftovers
 
 PRETRAIN_CONFIG_FILE = "pretrain.cfg"
 METRICS_FILE = "metrics.jsonl"
@@ -59,7 +60,4 @@ def truncate_metrics(output_dir: Path, step: int) -> None:
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line cut by the kill
         text = "".join(line + "\n" for line in kept).encode("utf-8")
-        try:
-            write_atomically(path, lambda out: out.write(text))
-        except OSError as err:
-            raise WriteError(path, err) from err
+        write_atomically(path, lambda out: out.write(text))

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from ..devices import TRAINING_DEVICES, pick_device
 from ..heap import keep_freed_memory
 from ..io import load_bilm
+from ..io.staging import WriteError
 from ..nn.bilm import BiLM
 from ..nn.objective import BiLMObjective
 from ..nn.precision import bf16_is_fast
@@ -46,7 +47,6 @@ from .checkpoint import (
     MODEL_LAST,
     Progress,
     ThroughputWindow,
-    WriteError,
     carry_over_softmax,
     corpus_fingerprint,
     remove_staging_leftovers,

@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -178,6 +179,47 @@ def test_a_dump_that_fails_part_way_keeps_the_file_it_would_replace(tmp_path, se
     assert result.exit_code == 2 and f"{tmp_path / 'out.hdf5'}: could not be written (No space left on device)" in plain(result.output)
     assert (tmp_path / "out.hdf5").read_bytes() == b"an earlier dump"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out.hdf5", "sentences.txt"]  # no staging file left
+
+
+class _FailingLines:
+    """A text file whose lines after the first cannot be read (an I/O error)."""
+
+    def __init__(self, out):
+        self.out = out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.out.close()
+
+    def __iter__(self):
+        yield next(iter(self.out))
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_a_dump_whose_input_fails_part_way_names_the_input_and_keeps_the_output(tmp_path, sentences_file, monkeypatch):
+    path, _ = sentences_file
+    save_model(random_bilm(), tmp_path / "model")
+    (tmp_path / "out.hdf5").write_bytes(b"an earlier dump")
+    real_open = pathlib.Path.open
+    opened = []
+
+    def open_failing_on_the_second_read(file, *args, **kwargs):
+        handle = real_open(file, *args, **kwargs)
+        if file == path:
+            opened.append(file)
+            if len(opened) == 2:  # the first read only counts the lines
+                return _FailingLines(handle)
+        return handle
+
+    monkeypatch.setattr(pathlib.Path, "open", open_failing_on_the_second_read)
+    result = runner.invoke(app, ["dump", str(tmp_path / "model"), str(path), str(tmp_path / "out.hdf5"), "--top"])
+    monkeypatch.undo()
+    message = plain(result.output).replace(" ", "")  # the error box may break the path
+    assert result.exit_code == 2 and f"{path}:couldnotberead(Input/outputerror)" in message and "couldnotbewritten" not in message
+    assert (tmp_path / "out.hdf5").read_bytes() == b"an earlier dump"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out.hdf5", "sentences.txt"]
 
 
 def test_dump_forget_sentences_and_many_chunks(tmp_path, monkeypatch):

@@ -19,8 +19,9 @@ import torch
 
 from elmo_testing import DEMO_PRETRAIN_CONFIG, REPO, metric_records, saved_weights, tiny_pretrain_overrides
 from spacy_elmo.io import ModelFileError
-from spacy_elmo.training import checkpoint as checkpoint_module
-from spacy_elmo.training.checkpoint import WriteError, load_checkpoint, load_trained_model, save_trained_model
+from spacy_elmo.io import staging as staging_module
+from spacy_elmo.io.staging import WriteError
+from spacy_elmo.training.checkpoint import load_checkpoint, load_trained_model, save_trained_model
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.nonfinite import NonFiniteTraining
 from spacy_elmo.training.trainer import Trainer, pretrain
@@ -215,20 +216,19 @@ def test_every_process_agrees_on_the_budget_and_the_clock(tmp_path):
 
 
 class FullDisk:
-    """os.fdopen whose files for checkpoints/last.pt take `room` bytes, then fail with
+    """Path.open whose files for checkpoints/last.pt take `room` bytes, then fail with
     ENOSPC; `model_best` keeps the files of model-best/ when such a write began."""
 
     def __init__(self, room: int = 2000) -> None:
         self.room = room
-        self.real = os.fdopen
+        self.real = pathlib.Path.open
         self.model_best = None
 
-    def __call__(self, handle, mode="r", *args, **kwargs):
-        out = self.real(handle, mode, *args, **kwargs)
-        staging = Path(os.readlink(f"/proc/self/fd/{handle}"))
-        if mode != "wb" or not staging.name.startswith(".last.pt.staging-"):
+    def __call__(self, path, mode="r", *args, **kwargs):
+        out = self.real(path, mode, *args, **kwargs)
+        if mode != "wb" or not path.name.startswith(".last.pt.staging-"):
             return out
-        self.model_best = folder_bytes(staging.parent.parent / "model-best")
+        self.model_best = folder_bytes(path.parent.parent / "model-best")
         return _FillingFile(out, self.room)
 
 
@@ -257,7 +257,6 @@ class _FillingFile:
 needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="the fault injection reads /proc/self/fd (Linux)")
 
 
-@needs_proc
 def test_a_failed_checkpoint_write_keeps_the_previous_one_and_resume_ends_as_one_run(toy_corpus, tmp_path, monkeypatch):
     config = config_for(toy_corpus, SAMPLED, max_steps=12, eval_every=4, checkpoint_every=4, dropout=0.2)
     pretrain(config, tmp_path / "straight", progress_bar=False)
@@ -266,7 +265,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one_and_resume_ends_as_one
     last = out / "checkpoints" / "last.pt"
     intact = last.read_bytes()
     full_disk = FullDisk()
-    monkeypatch.setattr(os, "fdopen", full_disk)
+    monkeypatch.setattr(pathlib.Path, "open", lambda path, *args, **kwargs: full_disk(path, *args, **kwargs))
     with pytest.raises(WriteError) as caught:
         pretrain(config, out, resume=True, progress_bar=False)  # the write at step 8 fails
     monkeypatch.undo()
@@ -313,7 +312,8 @@ WRITE_UNDER_A_UMASK = """
 import os, sys
 from pathlib import Path
 os.umask(int(sys.argv[2], 8))
-from spacy_elmo.training.checkpoint import load_trained_model, save_trained_model, write_atomically
+from spacy_elmo.io.staging import write_atomically
+from spacy_elmo.training.checkpoint import load_trained_model, save_trained_model
 out = Path(sys.argv[3])
 save_trained_model(*load_trained_model(sys.argv[1]), out / "model", {"step": 1})
 write_atomically(out / "last.pt", lambda handle: handle.write(b"checkpoint"))
@@ -329,14 +329,15 @@ def test_checkpoints_and_models_get_the_modes_the_umask_gives_other_files(traine
     assert (tmp_path / "model").stat().st_mode & 0o777 == folder_mode
 
 
+@needs_proc
 def test_a_model_directory_is_flushed_to_disk_before_it_is_renamed_into_place(toy_corpus, tmp_path, monkeypatch):
     """A power cut after the swap finds whole files in model-best/, not empty ones."""
     pretrain(config_for(toy_corpus, max_steps=1, eval_every=1, checkpoint_every=1), tmp_path / "run", progress_bar=False)
     objective, vocab = load_trained_model(tmp_path / "run" / "model-best")
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(checkpoint_module.os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
-    monkeypatch.setattr(checkpoint_module.os, "replace", lambda a, b: events.append(("replace", str(a), str(b))) or real_replace(a, b))
+    monkeypatch.setattr(staging_module.os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
+    monkeypatch.setattr(staging_module.os, "replace", lambda a, b: events.append(("replace", str(a), str(b))) or real_replace(a, b))
     save_trained_model(objective, vocab, tmp_path / "model", {"step": 1})
     monkeypatch.undo()
     (swap,) = [i for i, event in enumerate(events) if event[0] == "replace" and event[2] == str(tmp_path / "model")]
@@ -359,7 +360,7 @@ def test_a_failed_rename_puts_the_previous_model_back(toy_corpus, tmp_path, monk
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         return real_replace(source, destination)
 
-    monkeypatch.setattr(checkpoint_module.os, "replace", replace)
+    monkeypatch.setattr(staging_module.os, "replace", replace)
     with pytest.raises(WriteError, match=f"{target}: could not be written \\(Permission denied\\)"):
         save_trained_model(objective, vocab, target, {"step": 2})
     monkeypatch.undo()

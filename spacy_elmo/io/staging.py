@@ -1,0 +1,150 @@
+"""Writes that replace a file or a directory only once the new one is whole.
+
+Every file and directory that spacy-elmo writes goes to a hidden staging path beside its
+place, is flushed to the disk and is then renamed into place: a write that fails part-way
+(a full disk, a permission error, Ctrl-C) leaves what was there before, and removes its
+staging path. A directory is swapped in with two renames (the old one to `NAME.old`, the
+new one to `NAME`), and put back if the second fails.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Optional, Union
+
+STAGING_MARK = ".staging-"
+"""In the name of every staging file and folder (`.last.pt.staging-x1y2`,
+`model-best.staging-x1y2`), and of nothing a user would name: only such names are removed."""
+RETIRED_SUFFIX = ".old"
+"""A directory between the two renames of its swap (`model-best.old`)."""
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read once, at import: setting it is the only way to read it
+FILE_MODE, DIRECTORY_MODE = 0o666 & ~_UMASK, 0o777 & ~_UMASK
+"""What `open` and `mkdir` would give: mkstemp and mkdtemp create their staging paths
+private (0o600, 0o700), and a written file or directory should end up as any other."""
+
+
+class WriteError(OSError):
+    """Writing `path` failed part-way; what was there before is left as it was."""
+
+    def __init__(self, path: Union[str, Path], cause: OSError, hint: str = "") -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path = Path(path)
+        self.cause = cause
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.path}: could not be written ({self.strerror})" + (f"; {self.hint}" if self.hint else "")
+
+
+@contextlib.contextmanager
+def staged_file(path: Union[str, Path]) -> Iterator[Path]:
+    """An empty staging file beside `path` for the block to write; when the block ends it
+    is flushed to the disk and renamed to `path`, and removed if the block fails. Any
+    OSError, the block's included, becomes a `WriteError` naming `path`: a block that also
+    reads other files must report their errors otherwise."""
+    path = Path(path)
+    staging: Optional[Path] = None
+    try:
+        with _naming(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{STAGING_MARK}")
+            staging = Path(name)
+            os.close(handle)
+            os.chmod(staging, FILE_MODE)
+            yield staging
+            _fsync_path(staging)
+            os.replace(staging, path)
+            _fsync_directory(path.parent)  # the rename itself survives a power cut
+    finally:
+        if staging is not None:
+            staging.unlink(missing_ok=True)
+
+
+def write_atomically(path: Union[str, Path], write: Callable[[BinaryIO], object]) -> None:
+    """`write` into a staging file beside `path`, then rename it to `path` (`staged_file`)."""
+    with staged_file(path) as staging, staging.open("wb") as out:
+        write(out)
+
+
+@contextlib.contextmanager
+def staged_directory(path: Union[str, Path]) -> Iterator[Path]:
+    """An empty staging directory beside `path` for the block to fill; when the block ends
+    its files are flushed to the disk and it is swapped in for `path` (whose previous
+    content is removed), and it is removed if the block fails. Any OSError, the block's
+    included, becomes a `WriteError` naming `path` (see `staged_file`)."""
+    path = Path(path)
+    staging: Optional[Path] = None
+    try:
+        with _naming(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + STAGING_MARK))
+            os.chmod(staging, DIRECTORY_MODE)
+            yield staging
+            for root, _, files in os.walk(staging):  # on disk before the renames make them the content
+                for name in files:
+                    _fsync_path(Path(root) / name)
+                _fsync_directory(Path(root))
+            _swap_in(staging, path)
+            _fsync_directory(path.parent)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def put_back_retired(path: Path) -> None:
+    """Finish what a process killed during `path`'s swap left: `path.old` becomes `path`
+    again where `path` is missing, and is removed otherwise."""
+    retired = path.with_name(path.name + RETIRED_SUFFIX)
+    if retired.is_dir() and not path.exists():
+        os.replace(retired, path)
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """OSErrors raised inside become `WriteError`s naming `path`."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as err:
+        raise WriteError(path, err) from err
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    retired: Optional[Path] = None
+    if target.exists():
+        retired = target.with_name(target.name + RETIRED_SUFFIX)
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(target, retired)
+    try:
+        os.replace(staging, target)
+    except OSError:
+        if retired is not None:
+            os.replace(retired, target)
+        raise
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def _fsync_directory(path: Path) -> None:
+    """Flush a directory's entries to the disk, where the platform can open a directory."""
+    try:
+        handle = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory handles
+        return
+    _fsync_and_close(handle)
+
+
+def _fsync_path(path: Path) -> None:
+    _fsync_and_close(os.open(path, os.O_RDONLY))
+
+
+def _fsync_and_close(handle: int) -> None:
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
