@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 from spacy.language import Language
 from spacy.tokens import Doc
 
+from ..io import is_pipeline
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from . import plots
@@ -373,7 +374,7 @@ def highlighted(uses: WordUses, use: int) -> str:
 
 
 def mix_section(model: PathLike) -> str:
-    if not (Path(model) / "config.cfg").is_file():
+    if not is_pipeline(model):
         return section("Mix weights", absent("MODEL is not a spaCy pipeline: no downstream mix weights."))
     import spacy
 

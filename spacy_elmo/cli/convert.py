@@ -5,8 +5,10 @@ from pathlib import Path
 
 import spacy
 import typer
+from spacy.language import Language
 
-from ..io import find_model_dir, load_model, load_public_model, save_public_model
+from ..io import find_model_dir, is_pipeline, load_model, load_public_model, save_public_model
+from ..io.staging import staged_directory
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors, parse_mix
@@ -62,8 +64,18 @@ def save_pipeline(bilm: BiLM, output_dir: Path, lang: str, name: str, version: s
         nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})
         elmo_component(nlp).set_bilm(bilm)
         nlp.meta.update({"name": name, "version": version, "description": description})
-        nlp.to_disk(output_dir)
+        write_pipeline(nlp, output_dir)
     typer.echo(f"Saved pipeline {lang}_{name} with pipes {nlp.pipe_names} to {output_dir}")
+
+
+def write_pipeline(nlp: Language, output_dir: Path) -> None:
+    """`nlp.to_disk(output_dir)`, whole or not at all: written beside it, then swapped in
+    (`staged_directory`). An existing `output_dir` must be empty or a spaCy pipeline, which
+    is replaced."""
+    if output_dir.exists() and not (output_dir.is_dir() and (is_pipeline(output_dir) or not any(output_dir.iterdir()))):
+        raise ValueError(f"{output_dir}: already exists and is neither empty nor a spaCy pipeline; give a new directory")
+    with staged_directory(output_dir) as staging:
+        nlp.to_disk(staging)
 
 
 @app.command()

@@ -7,10 +7,11 @@ import spacy
 import typer
 from spacy.language import Language
 
-from ..io import find_model_dir, load_model, save_model
+from ..io import find_model_dir, is_pipeline, load_model, save_model
 from ..nn.warm_state import with_warm_state
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors
+from .convert import write_pipeline
 
 
 @app.command()
@@ -24,13 +25,13 @@ def warm(
 ) -> None:
     """Store a fixed initial LSTM state computed from warm-up text (see README)."""
     with clean_errors():
-        pipeline = model if (model / "config.cfg").is_file() else None
+        pipeline = model if is_pipeline(model) else None
         nlp = spacy.load(pipeline) if pipeline else spacy.blank(lang)
         sentences = read_warm_up(text, nlp, max_sentences)
         bilm = with_warm_state(load_model(find_model_dir(model)), sentences, rows=rows)
         if pipeline:
             elmo_component(nlp, find_model_dir(model).name).set_bilm(bilm)
-            nlp.to_disk(output)
+            write_pipeline(nlp, output)
         else:
             save_model(bilm, output)
     typer.echo(f"Warmed on {len(sentences)} sentences; wrote {output}")

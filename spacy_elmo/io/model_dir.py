@@ -18,16 +18,24 @@ import torch
 from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from .errors import ModelFileError
+from .staging import write_atomically
 
 FORMAT = "spacy-elmo-bilm"
 VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.npz"
 WORDS_FILE = "words.json"
+PIPELINE_CONFIG_FILE = "config.cfg"
+"""What makes a folder a saved spaCy pipeline."""
 
 
 def is_model_dir(path: Union[str, Path]) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
+
+
+def is_pipeline(path: Union[str, Path]) -> bool:
+    """Whether `path` is a saved spaCy pipeline (a folder with a config.cfg)."""
+    return (Path(path) / PIPELINE_CONFIG_FILE).is_file()
 
 
 def find_model_dir(path: Union[str, Path]) -> Path:
@@ -36,7 +44,7 @@ def find_model_dir(path: Union[str, Path]) -> Path:
     path = Path(path)
     if is_model_dir(path):
         return path
-    if (path / "config.cfg").is_file():
+    if is_pipeline(path):
         found = [child for child in sorted(path.iterdir()) if is_model_dir(child)]
         if len(found) == 1:
             return found[0]
@@ -53,14 +61,17 @@ def load_model_config(path: Union[str, Path]) -> BiLMConfig:
 
 
 def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
-    """Write `bilm` to the directory `path` (created if needed)."""
+    """Write `bilm` to the directory `path` (created if needed); other files there stay.
+    Each file is written whole or not at all (`write_atomically`)."""
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / CONFIG_FILE).write_text(json.dumps(_header(bilm), indent=2), encoding="utf-8")
-    (path / WEIGHTS_FILE).write_bytes(_weights_to_npz(bilm))
+    weights = _weights_to_npz(bilm)
     if bilm.words is not None:
-        (path / WORDS_FILE).write_text(json.dumps(list(bilm.words)), encoding="utf-8")
-    elif (path / WORDS_FILE).exists():  # left by a word model saved here before
+        words = json.dumps(list(bilm.words)).encode("utf-8")
+        write_atomically(path / WORDS_FILE, lambda out: out.write(words))
+    write_atomically(path / WEIGHTS_FILE, lambda out: out.write(weights))
+    header = json.dumps(_header(bilm), indent=2).encode("utf-8")
+    write_atomically(path / CONFIG_FILE, lambda out: out.write(header))
+    if bilm.words is None and (path / WORDS_FILE).exists():  # left by a word model saved here before
         (path / WORDS_FILE).unlink()
 
 

@@ -24,6 +24,7 @@ from ..nn.lstm import ProjectedLSTM
 from ..nn.token_encoder import Highway, TokenEncoder
 from .errors import ModelFileError
 from .options import options_from_config, read_options, write_options
+from .staging import staged_file
 
 Converter = Callable[[numpy.ndarray], numpy.ndarray]
 GATE_ORDER = [0, 2, 1, 3]
@@ -152,11 +153,12 @@ def check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) 
 
 
 def save_public_weights(bilm: BiLM, weight_file: Union[str, Path]) -> None:
-    """Write `bilm` as a public hdf5 weight file that bilm-tf and AllenNLP read."""
+    """Write `bilm` as a public hdf5 weight file that bilm-tf and AllenNLP read, whole or
+    not at all (`staged_file`: a failed write is a `WriteError` and keeps the file there)."""
     import h5py
 
     table = weight_table(bilm)  # first: it refuses what the format cannot hold
-    with h5py.File(weight_file, "w") as handle:
+    with staged_file(weight_file) as staging, h5py.File(staging, "w") as handle:
         for name, entry in table.items():
             handle.create_dataset(name, data=entry.to_public(entry.read()).astype(numpy.float32))
 
@@ -170,10 +172,10 @@ def load_public_model(options_file: Union[str, Path], weight_file: Union[str, Pa
 
 
 def save_public_model(bilm: BiLM, options_file: Union[str, Path], weight_file: Union[str, Path]) -> None:
-    """Write options.json and weights.hdf5 (their folders created); ValueError, before
+    """Write options.json and weights.hdf5 (their folders created), both staged until both
+    are whole (`staged_file`): a failed write keeps the files there. ValueError, before
     anything is written, for a biLM the public format cannot hold."""
     options_from_config(bilm.config)
-    for path in (options_file, weight_file):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_options(bilm.config, options_file)
-    save_public_weights(bilm, weight_file)
+    with staged_file(options_file) as options_staging:
+        write_options(bilm.config, options_staging)
+        save_public_weights(bilm, weight_file)

@@ -75,7 +75,7 @@ def staged_directory(path: Union[str, Path]) -> Iterator[Path]:
     its files are flushed to the disk and it is swapped in for `path` (whose previous
     content is removed), and it is removed if the block fails. Any OSError, the block's
     included, becomes a `WriteError` naming `path` (see `staged_file`)."""
-    path = Path(path)
+    path = Path(os.path.abspath(path))  # "." has no name to stage beside
     staging: Optional[Path] = None
     try:
         with _naming(path):

@@ -265,3 +265,24 @@ def test_export_of_an_unclipped_model_names_both_clips(tmp_path):
     assert "AllenNLP's reader assumes" in result.output
     again = load_public_model(tmp_path / "public" / "options.json", tmp_path / "public" / "weights.hdf5")
     assert again.config == config
+
+
+def test_a_pipeline_is_written_whole_and_only_over_a_pipeline_or_an_empty_folder(tmp_path, allennlp_fixture, sentences_file):
+    path, _ = sentences_file
+    save_model(random_bilm(), tmp_path / "model")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(tmp_path / "notes")])
+    assert result.exit_code == 2 and "already exists and is neither empty nor a spaCy pipeline" in plain(result.output)
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]
+    (tmp_path / "empty").mkdir()
+    invoke("assemble", tmp_path / "model", tmp_path / "empty")
+    assert spacy.load(tmp_path / "empty").pipe_names == ["sentencizer", "elmo"]
+    pipe = tmp_path / "pipe"
+    invoke("convert", allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5", pipe, "--no-sentencizer")
+    (pipe / "stale.txt").write_text("from before")
+    invoke("assemble", tmp_path / "model", pipe)  # replaces the converted pipeline whole
+    assert not (pipe / "stale.txt").exists() and spacy.load(pipe).pipe_names == ["sentencizer", "elmo"]
+    invoke("warm", pipe, path, pipe, "--rows", "2")  # in place
+    assert spacy.load(pipe).get_pipe("elmo").bilm.config.warm_state
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "model", "notes", "pipe", "sentences.txt"]  # no staging left

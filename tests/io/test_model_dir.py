@@ -1,7 +1,9 @@
 """The project's own model directory and byte format: exact round trips, no pickles."""
 
+import errno
 import io
 import json
+import os
 import pickle
 
 import numpy
@@ -10,6 +12,8 @@ import torch
 
 from elmo_testing import WORDS, random_bilm, random_word_bilm
 from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
+from spacy_elmo.io import model_dir as model_dir_module
+from spacy_elmo.io.staging import WriteError
 
 
 def assert_same_weights(a, b):
@@ -124,3 +128,24 @@ def test_bytes_whose_vocabulary_is_not_a_list_are_a_clear_error():
     message["words"] = 5
     with pytest.raises(ModelFileError, match="not a list of words"):
         model_from_bytes(srsly.msgpack_dumps(message))
+
+
+def test_a_model_save_that_fails_part_way_keeps_the_saved_model_and_other_files(tmp_path, monkeypatch):
+    path = tmp_path / "model"
+    save_model(random_bilm(seed=1), path)
+    (path / "softmax.npz").write_bytes(b"the output layer of a training")
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+
+    def fail_on_weights(out):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real = model_dir_module.write_atomically
+    monkeypatch.setattr(model_dir_module, "write_atomically", lambda file, write: real(file, fail_on_weights if file.name == "weights.npz" else write))
+    with pytest.raises(WriteError, match="weights.npz: could not be written \\(No space left on device\\)"):
+        save_model(random_bilm(seed=2), path)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert_same_weights(random_bilm(seed=1), load_model(path))
+    save_model(random_bilm(seed=2), path)  # and a save that succeeds keeps the other files
+    assert (path / "softmax.npz").read_bytes() == b"the output layer of a training"
+    assert_same_weights(random_bilm(seed=2), load_model(path))

@@ -1,0 +1,95 @@
+"""Whole-or-nothing writes: a staged file or directory replaces its place only when whole."""
+
+import errno
+import os
+
+import pytest
+
+from spacy_elmo.io.staging import RETIRED_SUFFIX, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
+
+
+def no_space() -> OSError:
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_staged_file_replaces_its_place_when_the_block_ends(tmp_path):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"before")
+    with staged_file(target) as staging:
+        assert staging.parent == tmp_path and staging.name.startswith(".out.bin.staging-") and staging.read_bytes() == b""
+        staging.write_bytes(b"after")
+        assert target.read_bytes() == b"before"  # nothing replaced before the block ends
+    assert target.read_bytes() == b"after" and sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+@pytest.mark.parametrize("error", [no_space(), ValueError("bad input"), KeyboardInterrupt()])
+def test_a_failed_staged_file_keeps_what_was_there_and_leaves_no_staging(tmp_path, error):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"before")
+    with pytest.raises(type(error) if not isinstance(error, OSError) else WriteError) as caught:
+        with staged_file(target) as staging:
+            staging.write_bytes(b"half")
+            raise error
+    if isinstance(error, OSError):  # the block's OSErrors are the output's
+        assert str(caught.value) == f"{target}: could not be written (No space left on device)" and caught.value.errno == errno.ENOSPC
+    else:
+        assert caught.value is error
+    assert target.read_bytes() == b"before" and sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+def test_write_atomically_creates_missing_folders_and_names_the_file_on_failure(tmp_path):
+    target = tmp_path / "new" / "dir" / "file.txt"
+    write_atomically(target, lambda out: out.write(b"text"))
+    assert target.read_bytes() == b"text"
+
+    def fail(out):
+        out.write(b"part")
+        raise no_space()
+
+    with pytest.raises(WriteError, match="file.txt: could not be written \\(No space left on device\\)"):
+        write_atomically(target, fail)
+    assert target.read_bytes() == b"text" and [p.name for p in target.parent.iterdir()] == ["file.txt"]
+
+
+def test_a_staged_directory_is_swapped_in_whole(tmp_path):
+    target = tmp_path / "pipe"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with staged_directory(target) as staging:
+        assert staging.parent == tmp_path and staging.name.startswith("pipe.staging-") and not any(staging.iterdir())
+        (staging / "sub").mkdir()
+        (staging / "sub" / "new.txt").write_text("new")
+        assert (target / "old.txt").is_file()
+    assert [p.relative_to(target).as_posix() for p in sorted(target.rglob("*"))] == ["sub", "sub/new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_failed_staged_directory_keeps_the_previous_one(tmp_path):
+    target = tmp_path / "pipe"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(WriteError, match="pipe: could not be written"):
+        with staged_directory(target) as staging:
+            (staging / "new.txt").write_text("new")
+            raise no_space()
+    assert [p.name for p in target.iterdir()] == ["old.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_the_current_directory_can_be_staged(tmp_path, monkeypatch):
+    target = tmp_path / "pipe"
+    target.mkdir()
+    monkeypatch.chdir(target)
+    with staged_directory(".") as staging:
+        (staging / "new.txt").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["new.txt"] and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_swap_cut_between_its_renames_is_put_back(tmp_path):
+    target, retired = tmp_path / "model", tmp_path / ("model" + RETIRED_SUFFIX)
+    retired.mkdir()
+    (retired / "weights").write_text("previous")
+    put_back_retired(target)  # killed after the first rename: the previous one comes back
+    assert (target / "weights").read_text() == "previous" and not retired.exists()
+    retired.mkdir()
+    put_back_retired(target)  # killed after the second: the retired one goes
+    assert (target / "weights").read_text() == "previous" and not retired.exists()
