@@ -13,7 +13,7 @@ d = 0 is the forward direction, 1 the backward one.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Union, cast
+from typing import Callable, Dict, List, Tuple, Union, cast
 
 import numpy
 import torch
@@ -39,13 +39,26 @@ class _Entry:
     write: Callable[[numpy.ndarray], None]
     to_torch: Converter
     to_public: Converter
+    public_shape: Callable[[], Tuple[int, ...]]
+    """The dataset's shape, read off the parameters' shapes: nothing is allocated or read
+    (the parameters may be on the meta device)."""
 
 
 def _param_entry(param: torch.Tensor, to_torch: Converter, to_public: Converter) -> _Entry:
+    """`to_public` must be a view (transpose, slice, new axis) or keep the shape."""
+
     def write(value: numpy.ndarray) -> None:
         param.data.copy_(torch.from_numpy(numpy.ascontiguousarray(value, dtype=numpy.float32)))
 
-    return _Entry(lambda: param.detach().cpu().numpy(), write, to_torch, to_public)
+    def public_shape() -> Tuple[int, ...]:
+        return tuple(to_public(_stand_in(tuple(param.shape))).shape)
+
+    return _Entry(lambda: param.detach().cpu().numpy(), write, to_torch, to_public, public_shape)
+
+
+def _stand_in(shape: Tuple[int, ...]) -> numpy.ndarray:
+    """A read-only array of `shape` that takes no memory (every element is one zero)."""
+    return numpy.broadcast_to(numpy.float32(0), shape)
 
 
 def _lstm_weight_entry(lstm: ProjectedLSTM, cell_dim: int) -> _Entry:
@@ -59,10 +72,17 @@ def _lstm_weight_entry(lstm: ProjectedLSTM, cell_dim: int) -> _Entry:
         lstm.input_weight.data.copy_(tensor[:, : lstm.input_dim])
         lstm.recurrent_weight.data.copy_(tensor[:, lstm.input_dim :])
 
-    return _Entry(read, write, lambda a: _reorder_gates(a.T, cell_dim), lambda a: _reorder_gates(a, cell_dim).T)
+    def public_shape() -> Tuple[int, ...]:
+        return (lstm.input_weight.shape[1] + lstm.recurrent_weight.shape[1], lstm.input_weight.shape[0])
+
+    return _Entry(read, write, lambda a: _reorder_gates(a.T, cell_dim), lambda a: _reorder_gates(a, cell_dim).T, public_shape)
 
 
 def _reorder_gates(array: numpy.ndarray, cell_dim: int) -> numpy.ndarray:
+    """Permute the four gate blocks of axis 0. Along an axis of stride 0 (a `_stand_in`)
+    the blocks are one and the same, and the array is returned as it is."""
+    if array.strides[0] == 0:
+        return array
     blocks = [array[k * cell_dim : (k + 1) * cell_dim] for k in range(4)]
     return numpy.concatenate([blocks[k] for k in GATE_ORDER])
 
@@ -128,7 +148,7 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
                 stored = numpy.asarray(dataset[...], dtype=numpy.float32)
             except (OSError, KeyError) as err:
                 raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
-            expected = entry.to_public(entry.read()).shape
+            expected = entry.public_shape()
             if stored.shape != expected:
                 raise ModelFileError(
                     path,

@@ -218,8 +218,10 @@ def _check_public_layout(handle: "h5py.File", datasets: Mapping[str, numpy.ndarr
     or of another shape, and for layers the options do not describe."""
     import h5py
 
-    for name, entry in weight_table(BiLM(config)).items():
-        expected = entry.to_public(entry.read()).shape
+    with torch.device("meta"):  # the options are not trusted yet: nothing is allocated
+        skeleton = BiLM(config)
+    for name, entry in weight_table(skeleton).items():
+        expected = entry.public_shape()
         if name not in handle:
             report.problem(weights, f"dataset {name!r} is missing; the options in {options} call for it")
         elif name in datasets and datasets[name].shape != expected:

@@ -259,3 +259,18 @@ def test_the_checksum_covers_every_tensor(tiny_model_dir: Path) -> None:
         bilm.state_dict()["backward_stack.layers.1.bias"][-1] += 1e-6
     assert weights_checksum(bilm) != before
     assert weights_checksum(random_bilm(TINY_CONFIG, seed=1)) != weights_checksum(random_bilm(TINY_CONFIG, seed=0))
+
+
+def test_options_that_call_for_a_huge_biLM_are_checked_without_building_it(allennlp_fixture: Path, tmp_path: Path) -> None:
+    """A biLM of 4 * 10**7 cells would take petabytes: validate reads its shapes off a
+    skeleton that holds no values, and lists what the weights lack."""
+    weights = allennlp_fixture / "lm_weights.hdf5"
+    options = json.loads((allennlp_fixture / "options.json").read_text())
+    options["lstm"]["dim"] = 4 * 10**7
+    huge = tmp_path / "options.json"
+    huge.write_text(json.dumps(options))
+    result = validate(weights, "--options", huge)
+    assert result.exit_code == 1
+    assert (
+        f"{weights}: dataset 'RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0' has shape (32, 256), the options in {huge} call for (32, 160000000)" in result.output
+    )
