@@ -1,5 +1,7 @@
 """Helpers shared by the tests: paths to the reference data and small random models."""
 
+import errno
+import os
 import re
 from pathlib import Path
 
@@ -223,3 +225,24 @@ def project_run(project: Path, command: str, *args: str) -> str:
     result = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(project), *args], capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
+
+
+def no_space() -> OSError:
+    """The error of a write to a full disk."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def fill_the_disk_at_dataset(monkeypatch, n: int) -> None:
+    """From now on in the test, the n-th HDF5 dataset created fails as on a full disk."""
+    import h5py
+
+    real_create = h5py.Group.create_dataset
+    created = []
+
+    def create_then_fill_the_disk(group, name, *args, **kwargs):
+        created.append(name)
+        if len(created) == n:
+            raise no_space()
+        return real_create(group, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", create_then_fill_the_disk)

@@ -14,7 +14,7 @@ import spacy
 import torch
 from typer.testing import CliRunner
 
-from elmo_testing import plain, random_bilm, random_word_bilm
+from elmo_testing import fill_the_disk_at_dataset, plain, random_bilm, random_word_bilm
 from spacy_elmo.cli import app
 from spacy_elmo.io import load_public_model, save_model
 
@@ -165,16 +165,7 @@ def test_a_dump_that_fails_part_way_keeps_the_file_it_would_replace(tmp_path, se
     path, _ = sentences_file
     save_model(random_bilm(), tmp_path / "model")
     (tmp_path / "out.hdf5").write_bytes(b"an earlier dump")
-    real_create = h5py.Group.create_dataset
-    created = []
-
-    def create_then_fill_the_disk(group, name, *args, **kwargs):
-        created.append(name)
-        if len(created) == 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_create(group, name, *args, **kwargs)
-
-    monkeypatch.setattr(h5py.Group, "create_dataset", create_then_fill_the_disk)
+    fill_the_disk_at_dataset(monkeypatch, 2)
     result = runner.invoke(app, ["dump", str(tmp_path / "model"), str(path), str(tmp_path / "out.hdf5"), "--top"])
     assert result.exit_code == 2 and f"{tmp_path / 'out.hdf5'}: could not be written (No space left on device)" in plain(result.output)
     assert (tmp_path / "out.hdf5").read_bytes() == b"an earlier dump"

@@ -1,16 +1,14 @@
 """The project's own model directory and byte format: exact round trips, no pickles."""
 
-import errno
 import io
 import json
-import os
 import pickle
 
 import numpy
 import pytest
 import torch
 
-from elmo_testing import WORDS, random_bilm, random_word_bilm
+from elmo_testing import WORDS, no_space, random_bilm, random_word_bilm
 from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
 from spacy_elmo.io import model_dir as model_dir_module
 from spacy_elmo.io.staging import WriteError
@@ -137,7 +135,7 @@ def test_a_model_save_that_fails_part_way_keeps_the_saved_model_and_other_files(
     before = {p.name: p.read_bytes() for p in path.iterdir()}
 
     def fail_on_weights(out):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise no_space()
 
     real = model_dir_module.write_atomically
     monkeypatch.setattr(model_dir_module, "write_atomically", lambda file, write: real(file, fail_on_weights if file.name == "weights.npz" else write))

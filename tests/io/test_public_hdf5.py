@@ -1,8 +1,6 @@
 """Reading and writing the public ELMo hdf5 + options format, its variants and its errors."""
 
-import errno
 import json
-import os
 import shutil
 
 import h5py
@@ -10,7 +8,7 @@ import numpy
 import pytest
 import torch
 
-from elmo_testing import TINY_CONFIG, random_bilm, random_word_bilm
+from elmo_testing import TINY_CONFIG, fill_the_disk_at_dataset, random_bilm, random_word_bilm
 from spacy_elmo.io import ModelFileError, load_public_model, read_options, save_public_model, save_public_weights
 from spacy_elmo.io.staging import WriteError
 from spacy_elmo.nn import BiLMConfig, batch_to_char_ids
@@ -207,16 +205,7 @@ def test_datasets_of_the_wrong_kind_are_rejected(tmp_path, allennlp_fixture, dam
 def test_an_export_that_fails_part_way_keeps_both_earlier_files(tmp_path, monkeypatch):
     save_public_model(random_bilm(seed=1), tmp_path / "options.json", tmp_path / "weights.hdf5")
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    real_create = h5py.Group.create_dataset
-    created = []
-
-    def create_then_fill_the_disk(group, name, *args, **kwargs):
-        created.append(name)
-        if len(created) == 3:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_create(group, name, *args, **kwargs)
-
-    monkeypatch.setattr(h5py.Group, "create_dataset", create_then_fill_the_disk)
+    fill_the_disk_at_dataset(monkeypatch, 3)
     changed = BiLMConfig.from_dict({**TINY_CONFIG.to_dict(), "filters": [[1, 4], [2, 4]]})  # other options too
     with pytest.raises(WriteError, match="weights.hdf5: could not be written \\(No space left on device\\)"):
         save_public_model(random_bilm(changed, seed=2), tmp_path / "options.json", tmp_path / "weights.hdf5")

@@ -1,15 +1,11 @@
 """Whole-or-nothing writes: a staged file or directory replaces its place only when whole."""
 
 import errno
-import os
 
 import pytest
 
+from elmo_testing import no_space
 from spacy_elmo.io.staging import RETIRED_SUFFIX, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
-
-
-def no_space() -> OSError:
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def test_a_staged_file_replaces_its_place_when_the_block_ends(tmp_path):

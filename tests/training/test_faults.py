@@ -17,7 +17,7 @@ import numpy
 import pytest
 import torch
 
-from elmo_testing import DEMO_PRETRAIN_CONFIG, REPO, metric_records, saved_weights, tiny_pretrain_overrides
+from elmo_testing import DEMO_PRETRAIN_CONFIG, REPO, metric_records, no_space, saved_weights, tiny_pretrain_overrides
 from spacy_elmo.io import ModelFileError
 from spacy_elmo.io import staging as staging_module
 from spacy_elmo.io.staging import WriteError
@@ -35,10 +35,6 @@ def keep_thread_count():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-def no_space() -> OSError:
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def config_for(corpus, extra=None, **training):
