@@ -21,7 +21,7 @@ def declared(group: str):
 def test_entry_points_are_declared():
     assert [name for name, _ in declared("spacy_factories")] == ["elmo"]
     architectures = [name for name, _ in declared("spacy_architectures")]
-    assert architectures == ["spacy-elmo.ElmoScalarMix.v1", "spacy-elmo.ElmoScalarMix.v2", "spacy-elmo.WithElmo.v1"]
+    assert architectures == ["spacy-elmo.ElmoLayers.v1", "spacy-elmo.ElmoScalarMix.v1", "spacy-elmo.ElmoScalarMix.v2", "spacy-elmo.WithElmo.v1"]
     assert [name for name, _ in declared("spacy_callbacks")] == ["spacy-elmo.epoch_times.v1"]
 
 
@@ -66,6 +66,6 @@ def test_names_resolve_in_a_fresh_interpreter_through_entry_points():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "['elmo']" in result.stdout
-    assert "['ElmoScalarMix', 'ElmoScalarMix_v2', 'WithElmo']" in result.stdout
+    assert "['ElmoLayers', 'ElmoScalarMix', 'ElmoScalarMix_v2', 'WithElmo']" in result.stdout
     assert "['epoch_times']" in result.stdout
     assert spacy.__version__.startswith("3.")

@@ -12,6 +12,7 @@ from elmo_testing import REPO
 BASE = REPO / "configs" / "ud-base.cfg"
 ELMO = REPO / "configs" / "ud-elmo.cfg"
 ELMO_IO = REPO / "configs" / "ud-elmo-io.cfg"
+ELMO_LAYERS = REPO / "configs" / "ud-elmo-layers.cfg"
 TASKS = ("tagger", "morphologizer", "parser")
 
 
@@ -95,3 +96,16 @@ def test_the_input_and_output_twin_has_a_mix_per_component_with_the_input_mix_dr
     assert list(mixes) == ["tok2vec", *TASKS]
     for (mix,) in mixes.values():
         assert (mix.get_dim("nL"), mix.get_dim("nO"), mix.attrs["elmo_dropout"]) == (3, 12, 0.3)
+
+
+def test_the_layers_twin_differs_from_the_elmo_twin_only_by_its_reading_of_the_layers(tiny_model_dir):
+    from spacy.util import load_model_from_config
+
+    layers, elmo = load(ELMO_LAYERS), load(ELMO)
+    mix = elmo["components"]["tok2vec"]["model"]["embed"]["mix"]
+    assert layers["components"]["tok2vec"]["model"]["embed"]["mix"] == {"@architectures": "spacy-elmo.ElmoLayers.v1", "dropout": mix["dropout"]}
+    layers["components"]["tok2vec"]["model"]["embed"]["mix"] = mix
+    assert layers == elmo
+    nlp = load_model_from_config(Config().from_disk(ELMO_LAYERS, overrides={"paths.elmo": str(tiny_model_dir)}), auto_fill=True)
+    (reader,) = nlp.get_pipe("elmo").mixes["tok2vec"]
+    assert reader.name == "elmo_layers" and (reader.get_dim("nL"), reader.get_dim("nO")) == (3, 12)

@@ -9,6 +9,8 @@ annotates the training docs and is never updated.
 - `spacy-elmo.ElmoScalarMix.v2`: the mix as bilm-tf defines it (s = 0 and gamma = 1 at
   the start, dropout on the ELMo vector, optional `l2_coef * ||s||^2`, optional layer
   normalization of every layer, per token).
+- `spacy-elmo.ElmoLayers.v1`: every layer side by side (n_layers * elmo_width per token), with
+  dropout, for a next layer that learns its own map of each layer instead of one weight each.
 - `spacy-elmo.WithElmo.v1`: `[features; ELMo]` mapped to `width`, where `features` is any
   `List[Doc] -> List[Floats2d]` layer: a spaCy embed such as `spacy.MultiHashEmbed.v2` (the
   paper's ELMo at the input, as `embed` of `spacy.Tok2Vec.v2`) or a `spacy.Tok2VecListener.v1`
@@ -32,6 +34,7 @@ from thinc.types import Floats1d, Floats2d, Floats3d
 from .extensions import doc_elmo
 
 MIX_NAME = "elmo_scalar_mix"
+LAYERS_NAME = "elmo_layers"
 SEEN_ANNOTATED = "seen_annotated_docs"
 """attr: True once the mix has read doc._.elmo (from then on an unannotated doc is an error)."""
 SHAPE_GIVEN = "shape_given"
@@ -84,6 +87,32 @@ def ElmoScalarMix_v2(
     )
 
 
+@registry.architectures("spacy-elmo.ElmoLayers.v1")
+def ElmoLayers(
+    dropout: float = 0.1,
+    n_elmo_layers: Optional[int] = None,
+    elmo_width: Optional[int] = None,
+) -> Model[List[Doc], List[Floats2d]]:
+    """Docs -> (n_tokens, n_elmo_layers * elmo_width) per doc: every stored layer side by
+    side, token layer first, so that the next layer learns a map of each (where a scalar
+    mix gives each layer one weight).
+
+    dropout: on the concatenated vector in training (this layer's own rate).
+    n_elmo_layers, elmo_width: only without an `elmo` component before this one in the
+        pipeline: its n_layers + 1 and 2 * projection_dim.
+    """
+    _check_rate("dropout", dropout)
+    source = "spacy-elmo.ElmoLayers.v1"
+    _check_shape(source, n_elmo_layers, elmo_width)
+    return Model(
+        LAYERS_NAME,
+        _layers_forward,
+        init=_take_layer_shape,
+        dims={"nL": n_elmo_layers, "nO": elmo_width},
+        attrs={"source": source, "elmo_dropout": dropout, SEEN_ANNOTATED: False, SHAPE_GIVEN: False},
+    )
+
+
 @registry.architectures("spacy-elmo.ElmoScalarMix.v1")
 def ElmoScalarMix(
     width: Optional[int] = None,
@@ -125,6 +154,11 @@ def WithElmo(
 
 def is_elmo_mix(model: Model) -> bool:
     return model.name == MIX_NAME
+
+
+def reads_elmo(model: Model) -> bool:
+    """Whether `model` reads doc._.elmo.layers (a mix or `ElmoLayers`): the elmo component gives it their shape."""
+    return model.name in (MIX_NAME, LAYERS_NAME)
 
 
 def mix_weights(model: Model) -> Floats1d:
@@ -240,6 +274,14 @@ def _stored_layers(model: Model, doc: Doc) -> Floats3d:
 
 
 def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
+    _take_layer_shape(model, X, Y)
+    model.set_param("scalars", model.ops.alloc1f(model.get_dim("nL")))
+    gamma_param = model.attrs[GAMMA_PARAM]
+    model.set_param(gamma_param, model.ops.asarray1f([0.0 if gamma_param == "gamma_offset" else 1.0]))
+
+
+def _take_layer_shape(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
+    """nL and nO from annotated sample docs, else from the elmo component or the config."""
     annotated = [doc for doc in X or [] if doc_elmo(doc) is not None]
     if annotated:
         n_layers, _, width = _stored_layers(model, annotated[0]).shape
@@ -251,9 +293,6 @@ def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floa
             "or set n_elmo_layers (the elmo model's n_layers + 1) and elmo_width (2 * projection_dim)"
         )
     model.attrs[SEEN_ANNOTATED] = False  # a new start: zeros for unannotated docs until annotated ones come
-    model.set_param("scalars", model.ops.alloc1f(model.get_dim("nL")))
-    gamma_param = model.attrs[GAMMA_PARAM]
-    model.set_param(gamma_param, model.ops.asarray1f([0.0 if gamma_param == "gamma_offset" else 1.0]))
 
 
 def _doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Optional[List[Floats3d]]:
@@ -277,6 +316,20 @@ def _normalize_tokens(model: Model, layers: Floats3d) -> Floats3d:
     xp = model.ops.xp
     centred = layers - xp.mean(layers, axis=-1, keepdims=True)
     return centred / xp.sqrt((centred**2).mean(axis=-1, keepdims=True) + LAYER_NORM_EPS)
+
+
+def _layers_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:
+    ops = model.ops
+    if is_train:
+        _TRAINED_MIX_IDS.add(model.id)
+    layers = _doc_layers(model, docs, is_train)
+    width = model.get_dim("nL") * model.get_dim("nO")
+    if layers is None:
+        return [ops.alloc2f(len(doc), width) for doc in docs], lambda d_outputs: []
+    side_by_side = [ops.xp.ascontiguousarray(doc_layers.transpose((1, 0, 2))).reshape(-1, width) for doc_layers in layers]
+    rate = model.attrs["elmo_dropout"] if is_train else 0.0
+    outputs = [x * ops.get_dropout_mask(x.shape, rate) for x in side_by_side] if rate else side_by_side
+    return outputs, lambda d_outputs: []
 
 
 def _mix_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List[Floats2d], Callable]:

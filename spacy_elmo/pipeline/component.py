@@ -25,7 +25,7 @@ from ..io import (
 from ..nn.bilm import BiLM
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
-from .architectures import has_trained, is_elmo_mix, set_mix_dims
+from .architectures import has_trained, reads_elmo, set_mix_dims
 from .config import ElmoSettings, LayerCacheMode, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .layer_cache import LayerCache, Words
@@ -204,7 +204,7 @@ class ElmoComponent(Pipe):
         model = getattr(component, "model", None)
         if isinstance(model, Model):
             for node in model.walk():
-                if is_elmo_mix(node):
+                if reads_elmo(node):
                     self.add_listener(node, component.name)
 
     def _give_shape(self, listener: Model, component_name: str) -> None:

@@ -7,7 +7,7 @@ from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Adam, fix_random_seed
 
-from spacy_elmo.pipeline.architectures import ElmoScalarMix, ElmoScalarMix_v2, WithElmo, mix_gamma, mix_weights
+from spacy_elmo.pipeline.architectures import ElmoLayers, ElmoScalarMix, ElmoScalarMix_v2, WithElmo, mix_gamma, mix_weights
 
 TRAIN = [
     ("I like green eggs", ["PRON", "VERB", "ADJ", "NOUN"]),
@@ -322,3 +322,56 @@ def test_v2_and_with_elmo_resolve_from_config_blocks():
     model = registry.resolve({"model": block})["model"]
     mix = next(node for node in model.walk() if node.name == "elmo_scalar_mix")
     assert (mix.attrs["elmo_dropout"], mix.attrs["l2_coef"], mix.attrs["layer_norm"]) == (0.2, 0.001, True)
+
+
+def test_elmo_layers_puts_every_layer_side_by_side_token_layer_first(nlp):
+    docs = annotated_docs(nlp, ["the bank of the river", "", "a  b"])
+    model = ElmoLayers(dropout=0.0)
+    model.initialize(X=docs)
+    outputs = model.predict(docs)
+    assert [o.shape for o in outputs] == [(5, 36), (0, 36), (3, 36)]
+    layers = docs[0]._.elmo.layers  # (3, 5, 12)
+    for token in range(5):
+        numpy.testing.assert_array_equal(outputs[0][token], numpy.concatenate([layers[0, token], layers[1, token], layers[2, token]]))
+    numpy.testing.assert_array_equal(outputs[2][1], numpy.zeros(36, dtype="f"))  # the whitespace token
+    _, backprop = model.begin_update(docs)
+    assert backprop([numpy.ones_like(o) for o in outputs]) == []  # nothing to learn, nothing upstream
+
+
+def test_elmo_layers_dropout_is_its_own_and_only_in_training(nlp):
+    from thinc.api import set_dropout_rate
+
+    docs = annotated_docs(nlp, ["the bank of the river"])
+    model = ElmoLayers(dropout=0.5)
+    model.initialize(X=docs)
+    set_dropout_rate(model, 0.1)
+    numpy.random.seed(0)
+    trained, _ = model.begin_update(docs)
+    predicted = model.predict(docs)[0]
+    assert 0.35 < float((trained[0] == 0).mean() - (predicted == 0).mean()) < 0.65
+    kept = trained[0] != 0
+    numpy.testing.assert_allclose(trained[0][kept], 2.0 * predicted[kept], rtol=1e-6)
+    with pytest.raises(ValueError, match="dropout must lie in"):
+        ElmoLayers(dropout=1.0)
+
+
+def test_a_tagger_learns_on_elmo_layers_whose_shape_comes_from_the_elmo_component(tiny_model_dir):
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir)})
+    hash_embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"], "rows": [100], "include_static_vectors": False}
+    tok2vec = {"@architectures": "spacy-elmo.WithElmo.v1", "width": 16, "features": hash_embed, "mix": {"@architectures": "spacy-elmo.ElmoLayers.v1"}}
+    tagger = nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": tok2vec}})
+    examples = [Example.from_dict(nlp.make_doc(text), {"tags": tags}) for text, tags in TRAIN]
+    nlp.initialize(lambda: examples)  # the sample docs are not annotated: the shape comes from the component
+    layers = next(node for node in tagger.model.walk() if node.name == "elmo_layers")
+    assert (layers.get_dim("nL"), layers.get_dim("nO")) == (3, 12)
+    assert next(node for node in tagger.model.walk() if node.name == "maxout").get_dim("nI") == 8 + 36
+    optimizer = Adam(0.02)
+    losses_seen = []
+    for _ in range(60):
+        losses = {}
+        nlp.update(examples, sgd=optimizer, losses=losses, annotates=["elmo"], exclude=["elmo"])
+        losses_seen.append(losses["tagger"])
+    assert losses_seen[-1] < 0.05 * losses_seen[0]
+    assert [[t.tag_ for t in nlp(text)] for text, _ in TRAIN] == [tags for _, tags in TRAIN]
