@@ -1,6 +1,7 @@
 """`convert` (public weights -> spaCy pipeline), `assemble` (trained biLM -> spaCy pipeline)
 and `export` (-> public weights)."""
 
+import json
 from pathlib import Path
 
 import spacy
@@ -8,7 +9,7 @@ import typer
 from spacy.language import Language
 
 from ..io import find_model_dir, is_pipeline, load_model, load_public_model, save_public_model
-from ..io.staging import staged_directory
+from ..io.staging import put_back_retired, staged_directory
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors, parse_mix
@@ -70,12 +71,29 @@ def save_pipeline(bilm: BiLM, output_dir: Path, lang: str, name: str, version: s
 
 def write_pipeline(nlp: Language, output_dir: Path) -> None:
     """`nlp.to_disk(output_dir)`, whole or not at all: written beside it, then swapped in
-    (`staged_directory`). An existing `output_dir` must be empty or a spaCy pipeline, which
-    is replaced."""
-    if output_dir.exists() and not (output_dir.is_dir() and (is_pipeline(output_dir) or not any(output_dir.iterdir()))):
-        raise ValueError(f"{output_dir}: already exists and is neither empty nor a spaCy pipeline; give a new directory")
+    (`staged_directory`). An existing `output_dir` must be empty or hold a saved pipeline
+    and nothing else (it is replaced), and must not hold the working directory."""
+    put_back_retired(output_dir)  # a swap that an earlier run left half done
+    if output_dir.exists():
+        inside = Path.cwd().resolve().is_relative_to(output_dir.resolve())
+        if inside or not (output_dir.is_dir() and (only_a_pipeline(output_dir) or not any(output_dir.iterdir()))):
+            problem = "holds the working directory" if inside else "already exists and holds more than a saved spaCy pipeline"
+            raise ValueError(f"{output_dir}: {problem}; give a new or empty directory")
     with staged_directory(output_dir) as staging:
         nlp.to_disk(staging)
+
+
+def only_a_pipeline(path: Path) -> bool:
+    """Whether `path` holds what `nlp.to_disk` writes and nothing else: config.cfg,
+    meta.json, the tokenizer, the vocab and a file or folder per component of its meta."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not (is_pipeline(path) and isinstance(meta, dict)):
+        return False
+    written = {"config.cfg", "meta.json", "tokenizer", "vocab", *meta.get("components", []), *meta.get("disabled", [])}
+    return all(entry.name in written or (entry.suffix == ".json" and entry.stem in written) for entry in path.iterdir())
 
 
 @app.command()

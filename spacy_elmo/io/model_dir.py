@@ -18,13 +18,14 @@ import torch
 from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from .errors import ModelFileError
-from .staging import write_atomically
+from .staging import carry_over, staged_directory
 
 FORMAT = "spacy-elmo-bilm"
 VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "weights.npz"
 WORDS_FILE = "words.json"
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, WORDS_FILE)
 PIPELINE_CONFIG_FILE = "config.cfg"
 """What makes a folder a saved spaCy pipeline."""
 
@@ -61,17 +62,30 @@ def load_model_config(path: Union[str, Path]) -> BiLMConfig:
 
 
 def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
-    """Write `bilm` to the directory `path` (created if needed); other files there stay.
-    Each file is written whole or not at all (`write_atomically`)."""
+    """Write `bilm` to the directory `path`, whole or not at all: a new directory is
+    written beside it and swapped in (`staged_directory`), with the other files of a
+    model directory already there (a training's softmax.npz, vocab.txt) carried over. An
+    existing `path` must be a model directory or empty."""
     path = Path(path)
-    weights = _weights_to_npz(bilm)
+    if path.exists() and not (is_model_dir(path) or (path.is_dir() and not any(path.iterdir()))):
+        raise ValueError(f"{path}: already exists and is neither empty nor a spacy-elmo model directory; give a new directory")
+    with staged_directory(path) as staging:
+        if path.is_dir():
+            carry_over(path, staging, skip=MODEL_FILES)
+        write_model_files(bilm, staging)
+
+
+def write_model_files(bilm: BiLM, path: Union[str, Path]) -> None:
+    """Write `bilm`'s files into the directory `path` (created if needed) as they are, for
+    writers that stage the whole directory themselves (a training's model directory, a
+    pipeline's `to_disk`); other files there stay."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG_FILE).write_text(json.dumps(_header(bilm), indent=2), encoding="utf-8")
+    (path / WEIGHTS_FILE).write_bytes(_weights_to_npz(bilm))
     if bilm.words is not None:
-        words = json.dumps(list(bilm.words)).encode("utf-8")
-        write_atomically(path / WORDS_FILE, lambda out: out.write(words))
-    write_atomically(path / WEIGHTS_FILE, lambda out: out.write(weights))
-    header = json.dumps(_header(bilm), indent=2).encode("utf-8")
-    write_atomically(path / CONFIG_FILE, lambda out: out.write(header))
-    if bilm.words is None and (path / WORDS_FILE).exists():  # left by a word model saved here before
+        (path / WORDS_FILE).write_text(json.dumps(list(bilm.words)), encoding="utf-8")
+    elif (path / WORDS_FILE).exists():  # left by a word model saved here before
         (path / WORDS_FILE).unlink()
 
 

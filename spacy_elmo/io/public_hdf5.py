@@ -175,10 +175,15 @@ def check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) 
 def save_public_weights(bilm: BiLM, weight_file: Union[str, Path]) -> None:
     """Write `bilm` as a public hdf5 weight file that bilm-tf and AllenNLP read, whole or
     not at all (`staged_file`: a failed write is a `WriteError` and keeps the file there)."""
+    table = weight_table(bilm)  # first: it refuses what the format cannot hold
+    with staged_file(weight_file) as staging:
+        _write_weight_table(table, staging)
+
+
+def _write_weight_table(table: Dict[str, _Entry], path: Path) -> None:
     import h5py
 
-    table = weight_table(bilm)  # first: it refuses what the format cannot hold
-    with staged_file(weight_file) as staging, h5py.File(staging, "w") as handle:
+    with h5py.File(path, "w") as handle:
         for name, entry in table.items():
             handle.create_dataset(name, data=entry.to_public(entry.read()).astype(numpy.float32))
 
@@ -192,10 +197,11 @@ def load_public_model(options_file: Union[str, Path], weight_file: Union[str, Pa
 
 
 def save_public_model(bilm: BiLM, options_file: Union[str, Path], weight_file: Union[str, Path]) -> None:
-    """Write options.json and weights.hdf5 (their folders created), both staged until both
-    are whole (`staged_file`): a failed write keeps the files there. ValueError, before
-    anything is written, for a biLM the public format cannot hold."""
-    options_from_config(bilm.config)
-    with staged_file(options_file) as options_staging:
+    """Write options.json and weights.hdf5 (their folders created), both written in full
+    beside their places before either is renamed into place (`staged_file`): a failed write
+    keeps both files there. ValueError, before anything is written, for a biLM the public
+    format cannot hold."""
+    table = weight_table(bilm)
+    with staged_file(options_file) as options_staging, staged_file(weight_file) as weights_staging:
         write_options(bilm.config, options_staging)
-        save_public_weights(bilm, weight_file)
+        _write_weight_table(table, weights_staging)

@@ -3,22 +3,24 @@
 Every file and directory that spacy-elmo writes goes to a hidden staging path beside its
 place, is flushed to the disk and is then renamed into place: a write that fails part-way
 (a full disk, a permission error, Ctrl-C) leaves what was there before, and removes its
-staging path. A directory is swapped in with two renames (the old one to `NAME.old`, the
-new one to `NAME`), and put back if the second fails.
+staging path. A directory is swapped in with two renames (the old one aside to a staging
+name, `NAME.staging-retired-x1y2`, the new one to `NAME`), and put back if the second fails;
+`put_back_retired` finishes a swap that a killed process left between its renames.
 """
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional, Union
+from typing import BinaryIO, Callable, Iterator, Optional, Sequence, Union
 
 STAGING_MARK = ".staging-"
 """In the name of every staging file and folder (`.last.pt.staging-x1y2`,
 `model-best.staging-x1y2`), and of nothing a user would name: only such names are removed."""
-RETIRED_SUFFIX = ".old"
-"""A directory between the two renames of its swap (`model-best.old`)."""
+RETIRED_MARK = STAGING_MARK + "retired-"
+"""In the name of a directory between the two renames of its swap (`model-best.staging-retired-x1y2`)."""
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read once, at import: setting it is the only way to read it
 FILE_MODE, DIRECTORY_MODE = 0o666 & ~_UMASK, 0o777 & ~_UMASK
@@ -48,7 +50,7 @@ def staged_file(path: Union[str, Path]) -> Iterator[Path]:
     path = Path(path)
     staging: Optional[Path] = None
     try:
-        with _naming(path):
+        with _naming(path, lambda: staging):
             path.parent.mkdir(parents=True, exist_ok=True)
             handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}{STAGING_MARK}")
             staging = Path(name)
@@ -78,7 +80,7 @@ def staged_directory(path: Union[str, Path]) -> Iterator[Path]:
     path = Path(os.path.abspath(path))  # "." has no name to stage beside
     staging: Optional[Path] = None
     try:
-        with _naming(path):
+        with _naming(path, lambda: staging):
             path.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + STAGING_MARK))
             os.chmod(staging, DIRECTORY_MODE)
@@ -94,22 +96,48 @@ def staged_directory(path: Union[str, Path]) -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def put_back_retired(path: Path) -> None:
-    """Finish what a process killed during `path`'s swap left: `path.old` becomes `path`
-    again where `path` is missing, and is removed otherwise."""
-    retired = path.with_name(path.name + RETIRED_SUFFIX)
-    if retired.is_dir() and not path.exists():
-        os.replace(retired, path)
-    shutil.rmtree(retired, ignore_errors=True)
+def carry_over(source: Path, target: Path, skip: Sequence[str] = ()) -> None:
+    """Put every entry of the directory `source` but those named in `skip` into `target`,
+    as hard links where the file system allows them (no copy), else as copies."""
+    for entry in source.iterdir():
+        if entry.name in skip:
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target / entry.name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, target / entry.name)
+
+
+def _link_or_copy(source: Union[str, Path], target: Union[str, Path]) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def put_back_retired(path: Union[str, Path]) -> None:
+    """Finish what a process killed during a swap of `path` left: the directory it had moved
+    aside becomes `path` again where `path` is missing (the latest, if several), and the
+    others are removed."""
+    path = Path(os.path.abspath(path))
+    retired = sorted(path.parent.glob(path.name + RETIRED_MARK + "*"), key=lambda p: p.stat().st_mtime)
+    if retired and not path.exists():
+        os.replace(retired.pop(), path)
+    for leftover in retired:
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def _naming(path: Path) -> Iterator[None]:
-    """OSErrors raised inside become `WriteError`s naming `path`."""
+def _naming(path: Path, staging: Callable[[], Optional[Path]]) -> Iterator[None]:
+    """OSErrors raised inside become `WriteError`s naming `path`, those naming a file of
+    the staging path too (which is gone by the time anyone reads the error)."""
     try:
         yield
-    except WriteError:
-        raise
+    except WriteError as err:
+        inside = staging()
+        if inside is None or not (err.path == inside or inside in err.path.parents):
+            raise
+        raise WriteError(path, err.cause, err.hint) from err.cause
     except OSError as err:
         raise WriteError(path, err) from err
 
@@ -117,8 +145,7 @@ def _naming(path: Path) -> Iterator[None]:
 def _swap_in(staging: Path, target: Path) -> None:
     retired: Optional[Path] = None
     if target.exists():
-        retired = target.with_name(target.name + RETIRED_SUFFIX)
-        shutil.rmtree(retired, ignore_errors=True)
+        retired = target.with_name(f"{target.name}{RETIRED_MARK}{secrets.token_hex(4)}")
         os.replace(target, retired)
     try:
         os.replace(staging, target)
@@ -140,7 +167,7 @@ def _fsync_directory(path: Path) -> None:
 
 
 def _fsync_path(path: Path) -> None:
-    _fsync_and_close(os.open(path, os.O_RDONLY))
+    _fsync_and_close(os.open(path, os.O_RDWR))  # Windows flushes only handles open for writing
 
 
 def _fsync_and_close(handle: int) -> None:

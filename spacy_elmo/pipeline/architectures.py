@@ -38,6 +38,9 @@ LAYERS_NAME = "elmo_layers"
 SEEN_ANNOTATED = "seen_annotated_docs"
 """attr: True once the mix has read doc._.elmo (from then on an unannotated doc is an error)."""
 SHAPE_GIVEN = "shape_given"
+LAYERS_INITIALIZED = "layers_initialized"
+"""attr of `ElmoLayers`, which has no weights: True once initialized (the layer after it then
+has weights for its shape, which may not change)."""
 """attr: True when the shape came from an elmo component or annotated docs, not from the config."""
 GAMMA_PARAM = "gamma_param"
 """attr: the name of the parameter holding gamma ("gamma", or "gamma_offset" with gamma = 1 + it)."""
@@ -107,9 +110,9 @@ def ElmoLayers(
     return Model(
         LAYERS_NAME,
         _layers_forward,
-        init=_take_layer_shape,
+        init=_layers_init,
         dims={"nL": n_elmo_layers, "nO": elmo_width},
-        attrs={"source": source, "elmo_dropout": dropout, SEEN_ANNOTATED: False, SHAPE_GIVEN: False},
+        attrs={"source": source, "elmo_dropout": dropout, SEEN_ANNOTATED: False, SHAPE_GIVEN: False, LAYERS_INITIALIZED: False},
     )
 
 
@@ -204,12 +207,12 @@ def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
     current = {dim: model.get_dim(dim) for dim in wanted if model.has_dim(dim)}
     if current == wanted:
         return
-    has_weights = bool(model.has_param("scalars"))
+    has_weights = bool(model.has_param("scalars")) or bool(model.attrs.get(LAYERS_INITIALIZED))
     provisional = model.attrs[SHAPE_GIVEN] and not has_weights
     if not provisional and any(current[dim] != wanted[dim] for dim in current):
         found = f"{current.get('nL', '?')} layers of width {current.get('nO', '?')}"
         reason = (
-            "its weights are for another biLM's layers"
+            "its weights (or those of the layer after it) are for another biLM's layers"
             if has_weights
             else "drop n_elmo_layers / elmo_width from its config (they are read from the elmo component)"
         )
@@ -278,6 +281,11 @@ def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floa
     model.set_param("scalars", model.ops.alloc1f(model.get_dim("nL")))
     gamma_param = model.attrs[GAMMA_PARAM]
     model.set_param(gamma_param, model.ops.asarray1f([0.0 if gamma_param == "gamma_offset" else 1.0]))
+
+
+def _layers_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
+    _take_layer_shape(model, X, Y)
+    model.attrs[LAYERS_INITIALIZED] = True
 
 
 def _take_layer_shape(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:

@@ -20,7 +20,7 @@ from ..io import (
     load_model,
     model_from_bytes,
     model_to_bytes,
-    save_model,
+    write_model_files,
 )
 from ..nn.bilm import BiLM
 from ..nn.embedder import Embedder
@@ -294,7 +294,7 @@ class ElmoComponent(Pipe):
             doc.tensor = output.mixed
 
     def to_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> None:
-        save_model(self.bilm, path)
+        write_model_files(self.bilm, path)  # spaCy's to_disk writes in place; the CLI stages whole pipelines
 
     def from_disk(self, path: Union[str, Path], *, exclude: Iterable[str] = tuple()) -> "ElmoComponent":
         self.set_bilm(load_model(path))

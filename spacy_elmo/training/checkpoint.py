@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, save_model
+from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, write_model_files
 from ..io.lm_head import HEAD_FILE
 from ..io.staging import STAGING_MARK, put_back_retired, staged_directory, write_atomically
 from ..nn.objective import BiLMObjective
@@ -189,7 +189,7 @@ def save_trained_model(objective: BiLMObjective, vocab: Vocabulary, model_dir: P
     """Write the model directory next to its final place, then swap it in; a failed write
     is a `WriteError` and leaves the previous one intact."""
     with staged_directory(model_dir) as staging:
-        save_model(objective.bilm, staging)
+        write_model_files(objective.bilm, staging)
         save_lm_head(objective.head.weight, objective.head.bias, staging)
         vocab.to_file(staging / VOCAB_FILE)
         (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")

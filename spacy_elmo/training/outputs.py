@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from ..io.staging import RETIRED_SUFFIX, WriteError, write_atomically
+from ..io.staging import WriteError, write_atomically
 from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, staging_leftovers
 
 PRETRAIN_CONFIG_FILE = "pretrain.cfg"
@@ -30,8 +30,7 @@ def clear_training(output_dir: Union[str, Path]) -> None:
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return
-    retired = [name + RETIRED_SUFFIX for name in MODEL_DIRS]
-    for path in [*(output_dir / name for name in (*OUTPUTS, *retired)), *staging_leftovers(output_dir)]:
+    for path in [*(output_dir / name for name in OUTPUTS), *staging_leftovers(output_dir)]:
         if path.is_dir():
             shutil.rmtree(path)
         elif path.exists():

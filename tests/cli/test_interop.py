@@ -258,22 +258,32 @@ def test_export_of_an_unclipped_model_names_both_clips(tmp_path):
     assert again.config == config
 
 
-def test_a_pipeline_is_written_whole_and_only_over_a_pipeline_or_an_empty_folder(tmp_path, allennlp_fixture, sentences_file):
+def test_a_pipeline_is_written_whole_and_only_over_a_pipeline_or_an_empty_folder(tmp_path, allennlp_fixture, sentences_file, monkeypatch):
     path, _ = sentences_file
     save_model(random_bilm(), tmp_path / "model")
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "todo.txt").write_text("mine")
-    result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(tmp_path / "notes")])
-    assert result.exit_code == 2 and "already exists and is neither empty nor a spaCy pipeline" in plain(result.output)
-    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]
+    project = tmp_path / "project"  # a spaCy project: a config.cfg, and the user's data beside it
+    project.mkdir()
+    (project / "config.cfg").write_text("[nlp]\n")
+    (project / "train.spacy").write_bytes(b"data")
+    for folder in (project, tmp_path / "model"):
+        result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(folder)])
+        assert result.exit_code == 2 and "already exists and holds more than a saved spaCy pipeline" in plain(result.output)
+    assert sorted(p.name for p in project.iterdir()) == ["config.cfg", "train.spacy"]
     (tmp_path / "empty").mkdir()
     invoke("assemble", tmp_path / "model", tmp_path / "empty")
     assert spacy.load(tmp_path / "empty").pipe_names == ["sentencizer", "elmo"]
     pipe = tmp_path / "pipe"
     invoke("convert", allennlp_fixture / "options.json", allennlp_fixture / "lm_weights.hdf5", pipe, "--no-sentencizer")
-    (pipe / "stale.txt").write_text("from before")
+    (tmp_path / "pipe.old").mkdir()  # the user's own
     invoke("assemble", tmp_path / "model", pipe)  # replaces the converted pipeline whole
-    assert not (pipe / "stale.txt").exists() and spacy.load(pipe).pipe_names == ["sentencizer", "elmo"]
+    assert spacy.load(pipe).pipe_names == ["sentencizer", "elmo"] and (tmp_path / "pipe.old").is_dir()
     invoke("warm", pipe, path, pipe, "--rows", "2")  # in place
     assert spacy.load(pipe).get_pipe("elmo").bilm.config.warm_state
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "model", "notes", "pipe", "sentences.txt"]  # no staging left
+    (pipe / "notes.txt").write_text("mine")
+    result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(pipe)])
+    assert result.exit_code == 2 and "holds more than a saved spaCy pipeline" in plain(result.output) and (pipe / "notes.txt").is_file()
+    (pipe / "notes.txt").unlink()
+    monkeypatch.chdir(pipe / "elmo")
+    result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(pipe)])
+    assert result.exit_code == 2 and "holds the working directory" in plain(result.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "model", "pipe", "pipe.old", "project", "sentences.txt"]  # no staging left

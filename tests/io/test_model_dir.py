@@ -2,6 +2,7 @@
 
 import io
 import json
+import pathlib
 import pickle
 
 import numpy
@@ -10,8 +11,8 @@ import torch
 
 from elmo_testing import WORDS, no_space, random_bilm, random_word_bilm
 from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
-from spacy_elmo.io import model_dir as model_dir_module
 from spacy_elmo.io.staging import WriteError
+from spacy_elmo.nn.special_tokens import SPECIAL_TOKENS
 
 
 def assert_same_weights(a, b):
@@ -128,22 +129,45 @@ def test_bytes_whose_vocabulary_is_not_a_list_are_a_clear_error():
         model_from_bytes(srsly.msgpack_dumps(message))
 
 
-def test_a_model_save_that_fails_part_way_keeps_the_saved_model_and_other_files(tmp_path, monkeypatch):
+def fill_the_disk_at(monkeypatch, name):
+    """From now on in the test, writing a file called `name` fails as on a full disk."""
+    real_write_bytes = pathlib.Path.write_bytes
+
+    def write_bytes(path, data):
+        if path.name == name:
+            raise no_space()
+        return real_write_bytes(path, data)
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", write_bytes)
+
+
+@pytest.mark.parametrize("make_bilm", [random_bilm, random_word_bilm])
+def test_a_model_save_that_fails_part_way_keeps_the_saved_model_and_other_files(tmp_path, monkeypatch, make_bilm):
     path = tmp_path / "model"
-    save_model(random_bilm(seed=1), path)
+    save_model(make_bilm(seed=1), path)
     (path / "softmax.npz").write_bytes(b"the output layer of a training")
     before = {p.name: p.read_bytes() for p in path.iterdir()}
-
-    def fail_on_weights(out):
-        raise no_space()
-
-    real = model_dir_module.write_atomically
-    monkeypatch.setattr(model_dir_module, "write_atomically", lambda file, write: real(file, fail_on_weights if file.name == "weights.npz" else write))
-    with pytest.raises(WriteError, match="weights.npz: could not be written \\(No space left on device\\)"):
-        save_model(random_bilm(seed=2), path)
+    changed = make_bilm(seed=2)
+    if changed.words is not None:  # the same words in another order: only a whole save keeps them matched to their rows
+        changed = random_word_bilm(words=[*SPECIAL_TOKENS, *reversed(changed.words[len(SPECIAL_TOKENS) :])], seed=2)
+    fill_the_disk_at(monkeypatch, "weights.npz")
+    with pytest.raises(WriteError) as caught:
+        save_model(changed, path)
     monkeypatch.undo()
-    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
-    assert_same_weights(random_bilm(seed=1), load_model(path))
-    save_model(random_bilm(seed=2), path)  # and a save that succeeds keeps the other files
+    assert str(caught.value) == f"{path}: could not be written (No space left on device)"
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert_same_weights(make_bilm(seed=1), load_model(path))
+    save_model(changed, path)  # and a save that succeeds keeps the other files
     assert (path / "softmax.npz").read_bytes() == b"the output layer of a training"
-    assert_same_weights(random_bilm(seed=2), load_model(path))
+    assert_same_weights(changed, load_model(path))
+
+
+def test_a_model_is_saved_only_over_a_model_or_an_empty_folder(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(ValueError, match="notes: already exists and is neither empty nor a spacy-elmo model directory"):
+        save_model(random_bilm(), tmp_path / "notes")
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]
+    (tmp_path / "empty").mkdir()
+    save_model(random_bilm(), tmp_path / "empty")
+    assert_same_weights(random_bilm(), load_model(tmp_path / "empty"))

@@ -5,7 +5,7 @@ import errno
 import pytest
 
 from elmo_testing import no_space
-from spacy_elmo.io.staging import RETIRED_SUFFIX, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
+from spacy_elmo.io.staging import RETIRED_MARK, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
 
 
 def test_a_staged_file_replaces_its_place_when_the_block_ends(tmp_path):
@@ -81,11 +81,32 @@ def test_the_current_directory_can_be_staged(tmp_path, monkeypatch):
 
 
 def test_a_swap_cut_between_its_renames_is_put_back(tmp_path):
-    target, retired = tmp_path / "model", tmp_path / ("model" + RETIRED_SUFFIX)
+    target, retired = tmp_path / "model", tmp_path / ("model" + RETIRED_MARK + "k1ll3d")
     retired.mkdir()
     (retired / "weights").write_text("previous")
+    (tmp_path / "model.old").mkdir()  # the user's own
     put_back_retired(target)  # killed after the first rename: the previous one comes back
     assert (target / "weights").read_text() == "previous" and not retired.exists()
     retired.mkdir()
     put_back_retired(target)  # killed after the second: the retired one goes
     assert (target / "weights").read_text() == "previous" and not retired.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "model.old"]
+
+
+def test_a_swap_keeps_a_users_own_folders_named_like_it(tmp_path):
+    target = tmp_path / "pipe"
+    for name in ("pipe", "pipe.old", "pipe.bak"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "file").write_text(name)
+    with staged_directory(target) as staging:
+        (staging / "file").write_text("new")
+    assert {p.name: (p / "file").read_text() for p in tmp_path.iterdir()} == {"pipe": "new", "pipe.old": "pipe.old", "pipe.bak": "pipe.bak"}
+
+
+def test_an_error_naming_a_file_inside_the_staging_names_the_target(tmp_path):
+    target = tmp_path / "model"
+    with pytest.raises(WriteError) as caught:
+        with staged_directory(target) as staging:
+            write_atomically(staging / "weights.npz", lambda out: (_ for _ in ()).throw(no_space()))
+    assert str(caught.value) == f"{target}: could not be written (No space left on device)"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -7,7 +7,7 @@ from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Adam, fix_random_seed
 
-from spacy_elmo.pipeline.architectures import ElmoLayers, ElmoScalarMix, ElmoScalarMix_v2, WithElmo, mix_gamma, mix_weights
+from spacy_elmo.pipeline.architectures import ElmoLayers, ElmoScalarMix, ElmoScalarMix_v2, WithElmo, mix_gamma, mix_weights, set_mix_dims
 
 TRAIN = [
     ("I like green eggs", ["PRON", "VERB", "ADJ", "NOUN"]),
@@ -375,3 +375,22 @@ def test_a_tagger_learns_on_elmo_layers_whose_shape_comes_from_the_elmo_componen
         losses_seen.append(losses["tagger"])
     assert losses_seen[-1] < 0.05 * losses_seen[0]
     assert [[t.tag_ for t in nlp(text)] for text, _ in TRAIN] == [tags for _, tags in TRAIN]
+
+
+def test_elmo_layers_keeps_its_shape_once_initialized_and_after_a_round_trip(nlp):
+    """The layer after it has weights for n_layers * elmo_width inputs: another biLM's shape
+    is a clear error, not a shape error deep in thinc."""
+    docs = annotated_docs(nlp, ["the bank of the river"])
+    fresh = ElmoLayers()
+    set_mix_dims(fresh, 2, 8, "component 'tok2vec'")  # a provisional shape may change
+    set_mix_dims(fresh, 3, 12, "component 'tok2vec'")
+    model = ElmoLayers()
+    model.initialize(X=docs)
+    with pytest.raises(
+        ValueError,
+        match="set up for 3 layers of width 12, but the elmo component's model gives 2 layers of width 8: its weights \\(or those of the layer after it\\)",
+    ):
+        set_mix_dims(model, 2, 8, "component 'tok2vec'")
+    loaded = ElmoLayers().from_bytes(model.to_bytes())
+    with pytest.raises(ValueError, match="set up for 3 layers of width 12"):
+        set_mix_dims(loaded, 2, 8, "component 'tok2vec'")

@@ -352,7 +352,7 @@ def test_a_failed_rename_puts_the_previous_model_back(toy_corpus, tmp_path, monk
     real_replace = os.replace
 
     def replace(source, destination):
-        if Path(source).name.startswith("model.staging-"):
+        if Path(source).name.startswith("model.staging-") and "retired" not in Path(source).name:  # the new one, not the put-back
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         return real_replace(source, destination)
 
@@ -444,7 +444,7 @@ def test_resume_removes_the_staging_leftovers_of_a_killed_run(toy_corpus, traine
     (out / "checkpoints" / ".last.pt.staging-k1ll3d").write_bytes(b"PK half a checkpoint")
     (out / "model-best.staging-k1ll3d").mkdir()
     (out / "model-best.staging-k1ll3d" / "weights.npz").write_bytes(b"half")
-    os.replace(out / "model-last", out / "model-last.old")  # killed between the two renames
+    os.replace(out / "model-last", out / "model-last.staging-retired-k1ll3d")  # killed between the two renames
     pretrain(config_for(toy_corpus, max_steps=4, eval_every=4, checkpoint_every=4), out, resume=True, progress_bar=False)
     assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "metrics.jsonl", "model-best", "model-last", "pretrain.cfg"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["best.pt", "last.pt"]

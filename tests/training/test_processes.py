@@ -73,7 +73,7 @@ def test_a_run_killed_between_checkpoints_resumes_to_the_same_weights(toy_corpus
 
 def staging_leftovers(output_dir):
     """Half-written checkpoint files and model folders a killed run left behind."""
-    patterns = ["checkpoints/.last.pt.staging-*", "checkpoints/.best.pt.staging-*", "model-*.staging-*", "model-*.old"]
+    patterns = ["checkpoints/.last.pt.staging-*", "checkpoints/.best.pt.staging-*", "model-*.staging-*"]
     return [path for pattern in patterns for path in output_dir.glob(pattern)]
 
 

@@ -225,11 +225,13 @@ def test_a_fresh_run_refuses_leftovers_and_overwrite_clears_them(toy_corpus, tmp
     (out / "metrics.jsonl").write_text('{"step": 9, "loss": 1.0}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="already holds a training"):
         pretrain(config_for(toy_corpus, max_steps=2), out, progress_bar=False)
-    (out / "model-best.old").mkdir()
+    (out / "model-best.staging-retired-k1ll3d").mkdir()  # a swap cut between its renames
+    (out / "model-best.old").mkdir()  # the user's own
     (out / "notes.txt").write_text("mine", encoding="utf-8")
     pretrain(config_for(toy_corpus, max_steps=2), out, overwrite=True, progress_bar=False)
     assert [r["step"] for r in metric_records(out) if "loss" in r] == [1, 2]
-    assert not (out / "model-best.old").exists() and (out / "notes.txt").read_text() == "mine"
+    assert not (out / "model-best.staging-retired-k1ll3d").exists() and (out / "notes.txt").read_text() == "mine"
+    assert (out / "model-best.old").is_dir()
     assert (out / "pretrain.cfg").is_file()
 
 
