@@ -9,7 +9,7 @@ import typer
 from spacy.language import Language
 
 from ..io import find_model_dir, is_pipeline, load_model, load_public_model, save_public_model
-from ..io.staging import put_back_retired, staged_directory
+from ..io.staging import Replaceable, staged_directory
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors, parse_mix
@@ -73,13 +73,7 @@ def write_pipeline(nlp: Language, output_dir: Path) -> None:
     """`nlp.to_disk(output_dir)`, whole or not at all: written beside it, then swapped in
     (`staged_directory`). An existing `output_dir` must be empty or hold a saved pipeline
     and nothing else (it is replaced), and must not hold the working directory."""
-    put_back_retired(output_dir)  # a swap that an earlier run left half done
-    if output_dir.exists():
-        inside = Path.cwd().resolve().is_relative_to(output_dir.resolve())
-        if inside or not (output_dir.is_dir() and (only_a_pipeline(output_dir) or not any(output_dir.iterdir()))):
-            problem = "holds the working directory" if inside else "already exists and holds more than a saved spaCy pipeline"
-            raise ValueError(f"{output_dir}: {problem}; give a new or empty directory")
-    with staged_directory(output_dir) as staging:
+    with staged_directory(output_dir, replaces=Replaceable(only_a_pipeline, "a saved spaCy pipeline and nothing else")) as staging:
         nlp.to_disk(staging)
 
 

@@ -18,7 +18,7 @@ import torch
 from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from .errors import ModelFileError
-from .staging import carry_over, staged_directory
+from .staging import Replaceable, carry_over, staged_directory
 
 FORMAT = "spacy-elmo-bilm"
 VERSION = 1
@@ -67,9 +67,7 @@ def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
     model directory already there (a training's softmax.npz, vocab.txt) carried over. An
     existing `path` must be a model directory or empty."""
     path = Path(path)
-    if path.exists() and not (is_model_dir(path) or (path.is_dir() and not any(path.iterdir()))):
-        raise ValueError(f"{path}: already exists and is neither empty nor a spacy-elmo model directory; give a new directory")
-    with staged_directory(path) as staging:
+    with staged_directory(path, replaces=Replaceable(is_model_dir, "a spacy-elmo model directory")) as staging:
         if path.is_dir():
             carry_over(path, staging, skip=MODEL_FILES)
         write_model_files(bilm, staging)

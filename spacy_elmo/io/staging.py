@@ -14,7 +14,7 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional, Sequence, Union
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 STAGING_MARK = ".staging-"
 """In the name of every staging file and folder (`.last.pt.staging-x1y2`,
@@ -71,16 +71,33 @@ def write_atomically(path: Union[str, Path], write: Callable[[BinaryIO], object]
         write(out)
 
 
+class Replaceable(NamedTuple):
+    """Which existing directories a `staged_directory` may replace, besides empty ones."""
+
+    test: Callable[[Path], bool]
+    """True for a directory holding only what the writer itself writes."""
+    description: str
+    """What `test` accepts, for the error: "a spacy-elmo model directory"."""
+
+
 @contextlib.contextmanager
-def staged_directory(path: Union[str, Path]) -> Iterator[Path]:
+def staged_directory(path: Union[str, Path], replaces: Optional[Replaceable] = None) -> Iterator[Path]:
     """An empty staging directory beside `path` for the block to fill; when the block ends
     its files are flushed to the disk and it is swapped in for `path` (whose previous
     content is removed), and it is removed if the block fails. Any OSError, the block's
-    included, becomes a `WriteError` naming `path` (see `staged_file`)."""
+    included, becomes a `WriteError` naming `path` (see `staged_file`).
+
+    First a swap of `path` that a killed process left half done is finished
+    (`put_back_retired`). With `replaces`, an existing `path` must be an empty directory or
+    one that `replaces.test` accepts, and must not hold the working directory: else a
+    ValueError, before anything is written."""
     path = Path(os.path.abspath(path))  # "." has no name to stage beside
     staging: Optional[Path] = None
     try:
         with _naming(path, lambda: staging):
+            put_back_retired(path)
+            if replaces is not None and path.exists():
+                _check_replaceable(path, replaces)
             path.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=path.name + STAGING_MARK))
             os.chmod(staging, DIRECTORY_MODE)
@@ -94,6 +111,13 @@ def staged_directory(path: Union[str, Path]) -> Iterator[Path]:
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_replaceable(path: Path, replaces: Replaceable) -> None:
+    if Path.cwd().resolve().is_relative_to(path.resolve()):
+        raise ValueError(f"{path}: holds the working directory; give a new or empty directory")
+    if not (path.is_dir() and (not any(path.iterdir()) or replaces.test(path))):
+        raise ValueError(f"{path}: already exists and is neither empty nor {replaces.description}; give a new or empty directory")
 
 
 def carry_over(source: Path, target: Path, skip: Sequence[str] = ()) -> None:

@@ -267,7 +267,7 @@ def test_a_pipeline_is_written_whole_and_only_over_a_pipeline_or_an_empty_folder
     (project / "train.spacy").write_bytes(b"data")
     for folder in (project, tmp_path / "model"):
         result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(folder)])
-        assert result.exit_code == 2 and "already exists and holds more than a saved spaCy pipeline" in plain(result.output)
+        assert result.exit_code == 2 and "already exists and is neither empty nor a saved spaCy pipeline and nothing else" in plain(result.output)
     assert sorted(p.name for p in project.iterdir()) == ["config.cfg", "train.spacy"]
     (tmp_path / "empty").mkdir()
     invoke("assemble", tmp_path / "model", tmp_path / "empty")
@@ -281,7 +281,7 @@ def test_a_pipeline_is_written_whole_and_only_over_a_pipeline_or_an_empty_folder
     assert spacy.load(pipe).get_pipe("elmo").bilm.config.warm_state
     (pipe / "notes.txt").write_text("mine")
     result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(pipe)])
-    assert result.exit_code == 2 and "holds more than a saved spaCy pipeline" in plain(result.output) and (pipe / "notes.txt").is_file()
+    assert result.exit_code == 2 and "is neither empty nor a saved spaCy pipeline and nothing else" in plain(result.output) and (pipe / "notes.txt").is_file()
     (pipe / "notes.txt").unlink()
     monkeypatch.chdir(pipe / "elmo")
     result = runner.invoke(app, ["assemble", str(tmp_path / "model"), str(pipe)])

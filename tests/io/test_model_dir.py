@@ -162,7 +162,7 @@ def test_a_model_save_that_fails_part_way_keeps_the_saved_model_and_other_files(
     assert_same_weights(changed, load_model(path))
 
 
-def test_a_model_is_saved_only_over_a_model_or_an_empty_folder(tmp_path):
+def test_a_model_is_saved_only_over_a_model_or_an_empty_folder(tmp_path, monkeypatch):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")
     with pytest.raises(ValueError, match="notes: already exists and is neither empty nor a spacy-elmo model directory"):
@@ -170,4 +170,8 @@ def test_a_model_is_saved_only_over_a_model_or_an_empty_folder(tmp_path):
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]
     (tmp_path / "empty").mkdir()
     save_model(random_bilm(), tmp_path / "empty")
+    assert_same_weights(random_bilm(), load_model(tmp_path / "empty"))
+    monkeypatch.chdir(tmp_path / "empty")
+    with pytest.raises(ValueError, match="empty: holds the working directory"):
+        save_model(random_bilm(seed=3), tmp_path / "empty")
     assert_same_weights(random_bilm(), load_model(tmp_path / "empty"))

@@ -5,7 +5,7 @@ import errno
 import pytest
 
 from elmo_testing import no_space
-from spacy_elmo.io.staging import RETIRED_MARK, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
+from spacy_elmo.io.staging import RETIRED_MARK, Replaceable, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
 
 
 def test_a_staged_file_replaces_its_place_when_the_block_ends(tmp_path):
@@ -110,3 +110,49 @@ def test_an_error_naming_a_file_inside_the_staging_names_the_target(tmp_path):
             write_atomically(staging / "weights.npz", lambda out: (_ for _ in ()).throw(no_space()))
     assert str(caught.value) == f"{target}: could not be written (No space left on device)"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+NOTES_ONLY = Replaceable(lambda path: all(p.suffix == ".txt" for p in path.iterdir()), "a folder of notes")
+
+
+def test_a_staged_directory_replaces_only_what_it_may(tmp_path, monkeypatch):
+    target = tmp_path / "notes"
+    target.mkdir()
+    (target / "data.bin").write_bytes(b"mine")
+    with pytest.raises(ValueError, match="notes: already exists and is neither empty nor a folder of notes"):
+        with staged_directory(target, replaces=NOTES_ONLY) as staging:
+            (staging / "new.txt").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["data.bin"] and [p.name for p in tmp_path.iterdir()] == ["notes"]
+    (target / "data.bin").rename(target / "old.txt")
+    with staged_directory(target, replaces=NOTES_ONLY) as staging:
+        (staging / "new.txt").write_text("new")
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+    (target / "new.txt").unlink()
+    with staged_directory(target, replaces=NOTES_ONLY) as staging:  # empty
+        (staging / "data.bin").write_bytes(b"new")
+    assert [p.name for p in target.iterdir()] == ["data.bin"]
+    (tmp_path / "file").write_text("a file, not a folder")
+    with pytest.raises(ValueError, match="file: already exists and is neither empty nor a folder of notes"):
+        with staged_directory(tmp_path / "file", replaces=NOTES_ONLY):
+            pass
+    assert (tmp_path / "file").read_text() == "a file, not a folder"
+
+
+def test_a_staged_directory_never_replaces_the_working_directory(tmp_path, monkeypatch):
+    target = tmp_path / "notes"
+    (target / "inner").mkdir(parents=True)
+    monkeypatch.chdir(target / "inner")
+    with pytest.raises(ValueError, match="notes: holds the working directory"):
+        with staged_directory(target, replaces=Replaceable(lambda path: True, "anything")):
+            pass
+    assert (target / "inner").is_dir() and [p.name for p in tmp_path.iterdir()] == ["notes"]
+
+
+def test_a_staged_directory_first_finishes_a_swap_left_half_done(tmp_path):
+    target, retired = tmp_path / "notes", tmp_path / ("notes" + RETIRED_MARK + "k1ll3d")
+    retired.mkdir()
+    (retired / "data.bin").write_bytes(b"mine")  # killed between the renames: the previous one is not notes
+    with pytest.raises(ValueError, match="neither empty nor a folder of notes"):
+        with staged_directory(target, replaces=NOTES_ONLY):
+            pass
+    assert (target / "data.bin").read_bytes() == b"mine" and [p.name for p in tmp_path.iterdir()] == ["notes"]
