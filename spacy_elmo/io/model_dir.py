@@ -34,6 +34,16 @@ def is_model_dir(path: Union[str, Path]) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
+def holds_saved_model(path: Path) -> bool:
+    """Whether `path` holds a model that `save_model` wrote (its config.json says so), and
+    may be written over; another program's config.json is not taken for one."""
+    try:
+        header = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(header, dict) and header.get("format") == FORMAT
+
+
 def is_pipeline(path: Union[str, Path]) -> bool:
     """Whether `path` is a saved spaCy pipeline (a folder with a config.cfg)."""
     return (Path(path) / PIPELINE_CONFIG_FILE).is_file()
@@ -67,7 +77,7 @@ def save_model(bilm: BiLM, path: Union[str, Path]) -> None:
     model directory already there (a training's softmax.npz, vocab.txt) carried over. An
     existing `path` must be a model directory or empty."""
     path = Path(path)
-    with staged_directory(path, replaces=Replaceable(is_model_dir, "a spacy-elmo model directory")) as staging:
+    with staged_directory(path, replaces=Replaceable(holds_saved_model, "a spacy-elmo model directory")) as staging:
         if path.is_dir():
             carry_over(path, staging, skip=MODEL_FILES)
         write_model_files(bilm, staging)

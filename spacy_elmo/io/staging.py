@@ -9,6 +9,7 @@ name, `NAME.staging-retired-x1y2`, the new one to `NAME`), and put back if the s
 """
 
 import contextlib
+import glob
 import os
 import secrets
 import shutil
@@ -91,7 +92,7 @@ def staged_directory(path: Union[str, Path], replaces: Optional[Replaceable] = N
     (`put_back_retired`). With `replaces`, an existing `path` must be an empty directory or
     one that `replaces.test` accepts, and must not hold the working directory: else a
     ValueError, before anything is written."""
-    path = Path(os.path.abspath(path))  # "." has no name to stage beside
+    path = _real_place(path)
     staging: Optional[Path] = None
     try:
         with _naming(path, lambda: staging):
@@ -113,8 +114,19 @@ def staged_directory(path: Union[str, Path], replaces: Optional[Replaceable] = N
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _real_place(path: Union[str, Path]) -> Path:
+    """The absolute path ("." has no name to stage beside), through a symbolic link at its
+    end: a linked directory is replaced where it lies, and the link stays."""
+    path = Path(os.path.abspath(path))
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def _check_replaceable(path: Path, replaces: Replaceable) -> None:
-    if Path.cwd().resolve().is_relative_to(path.resolve()):
+    try:
+        working = Path.cwd().resolve()
+    except OSError:  # the working directory was removed: it lies in nothing
+        working = None
+    if working is not None and working.is_relative_to(path.resolve()):
         raise ValueError(f"{path}: holds the working directory; give a new or empty directory")
     if not (path.is_dir() and (not any(path.iterdir()) or replaces.test(path))):
         raise ValueError(f"{path}: already exists and is neither empty nor {replaces.description}; give a new or empty directory")
@@ -143,12 +155,15 @@ def put_back_retired(path: Union[str, Path]) -> None:
     """Finish what a process killed during a swap of `path` left: the directory it had moved
     aside becomes `path` again where `path` is missing (the latest, if several), and the
     others are removed."""
-    path = Path(os.path.abspath(path))
-    retired = sorted(path.parent.glob(path.name + RETIRED_MARK + "*"), key=lambda p: p.stat().st_mtime)
+    path = _real_place(path)
+    retired = sorted(path.parent.glob(glob.escape(path.name) + RETIRED_MARK + "*"), key=lambda p: p.lstat().st_mtime)
     if retired and not path.exists():
         os.replace(retired.pop(), path)
     for leftover in retired:
-        shutil.rmtree(leftover, ignore_errors=True)
+        if leftover.is_symlink():
+            leftover.unlink()
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 @contextlib.contextmanager

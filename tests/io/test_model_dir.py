@@ -168,6 +168,11 @@ def test_a_model_is_saved_only_over_a_model_or_an_empty_folder(tmp_path, monkeyp
     with pytest.raises(ValueError, match="notes: already exists and is neither empty nor a spacy-elmo model directory"):
         save_model(random_bilm(), tmp_path / "notes")
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["todo.txt"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.json").write_text('{"model_type": "bert"}')  # another program's folder
+    with pytest.raises(ValueError, match="other: already exists and is neither empty nor a spacy-elmo model directory"):
+        save_model(random_bilm(), tmp_path / "other")
+    assert (tmp_path / "other" / "config.json").read_text() == '{"model_type": "bert"}'
     (tmp_path / "empty").mkdir()
     save_model(random_bilm(), tmp_path / "empty")
     assert_same_weights(random_bilm(), load_model(tmp_path / "empty"))

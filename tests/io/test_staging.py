@@ -156,3 +156,35 @@ def test_a_staged_directory_first_finishes_a_swap_left_half_done(tmp_path):
         with staged_directory(target, replaces=NOTES_ONLY):
             pass
     assert (target / "data.bin").read_bytes() == b"mine" and [p.name for p in tmp_path.iterdir()] == ["notes"]
+
+
+def test_a_name_with_glob_characters_puts_back_only_its_own_swap(tmp_path):
+    other = tmp_path / ("ab" + RETIRED_MARK + "k1ll3d")  # another folder's swap, cut short
+    other.mkdir()
+    (other / "data.bin").write_bytes(b"ab's only copy")
+    with staged_directory(tmp_path / "a[b]", replaces=NOTES_ONLY) as staging:
+        (staging / "new.txt").write_text("new")
+    assert (other / "data.bin").read_bytes() == b"ab's only copy"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["a[b]", other.name])
+
+
+def test_a_linked_directory_is_replaced_where_it_lies_and_the_link_stays(tmp_path):
+    real, link = tmp_path / "disk" / "notes", tmp_path / "notes"
+    real.mkdir(parents=True)
+    (real / "old.txt").write_text("old")
+    link.symlink_to(real)
+    for text in ("first", "second"):
+        with staged_directory(link, replaces=NOTES_ONLY) as staging:
+            (staging / "new.txt").write_text(text)
+        assert link.is_symlink() and [p.name for p in real.iterdir()] == ["new.txt"] and (link / "new.txt").read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["disk", "notes"] and [p.name for p in real.parent.iterdir()] == ["notes"]
+
+
+def test_a_removed_working_directory_does_not_stop_a_write_elsewhere(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with staged_directory(tmp_path / "notes", replaces=NOTES_ONLY) as staging:
+        (staging / "new.txt").write_text("new")
+    assert [p.name for p in (tmp_path / "notes").iterdir()] == ["new.txt"]
