@@ -31,6 +31,8 @@ PIPELINE_CONFIG_FILE = "config.cfg"
 
 
 def is_model_dir(path: Union[str, Path]) -> bool:
+    """Whether `path` has a config.json: where a model is looked for (loading it then says
+    what is wrong with a damaged one). Before writing over a folder, `holds_saved_model`."""
     return (Path(path) / CONFIG_FILE).is_file()
 
 
@@ -38,10 +40,9 @@ def holds_saved_model(path: Path) -> bool:
     """Whether `path` holds a model that `save_model` wrote (its config.json says so), and
     may be written over; another program's config.json is not taken for one."""
     try:
-        header = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return _is_our_header(_read_header(path / CONFIG_FILE))
+    except (ModelFileError, OSError):
         return False
-    return isinstance(header, dict) and header.get("format") == FORMAT
 
 
 def is_pipeline(path: Union[str, Path]) -> bool:
@@ -152,8 +153,12 @@ def _read_header(config_path: Path) -> Any:
         raise ModelFileError(config_path, f"not valid JSON ({err})") from err
 
 
+def _is_our_header(header: Any) -> bool:
+    return isinstance(header, dict) and header.get("format") == FORMAT
+
+
 def _config_from_header(header: Any, config_source: Any) -> BiLMConfig:
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
+    if not _is_our_header(header):
         raise ModelFileError(config_source, f"not a {FORMAT} configuration")
     if header.get("version") != VERSION:
         raise ModelFileError(config_source, f"format version {header.get('version')!r} is not supported (expected {VERSION})")

@@ -38,10 +38,10 @@ LAYERS_NAME = "elmo_layers"
 SEEN_ANNOTATED = "seen_annotated_docs"
 """attr: True once the mix has read doc._.elmo (from then on an unannotated doc is an error)."""
 SHAPE_GIVEN = "shape_given"
+"""attr: True when the shape came from an elmo component or annotated docs, not from the config."""
 LAYERS_INITIALIZED = "layers_initialized"
 """attr of `ElmoLayers`, which has no weights: True once initialized (the layer after it then
 has weights for its shape, which may not change)."""
-"""attr: True when the shape came from an elmo component or annotated docs, not from the config."""
 GAMMA_PARAM = "gamma_param"
 """attr: the name of the parameter holding gamma ("gamma", or "gamma_offset" with gamma = 1 + it)."""
 LAYER_NORM_EPS = 1e-12
