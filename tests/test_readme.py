@@ -40,3 +40,32 @@ def test_readme_project_section_is_what_spacy_project_document_writes(tmp_path):
     copy.write_text(README.read_text(encoding="utf-8"), encoding="utf-8")
     project_document(README.parent, copy)
     assert copy.read_text(encoding="utf-8") == README.read_text(encoding="utf-8"), "run: python -m spacy project document . --output README.md"
+
+
+def markdown_files():
+    return [README, *sorted((README.parent / "docs").glob("*.md"))]
+
+
+def anchors(markdown: Path) -> set:
+    """The anchors GitHub gives the headings of a markdown file (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", markdown.read_text(encoding="utf-8"), flags=re.S)
+    headings = re.findall(r"^#{1,6} (.+)$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    broken = []
+    for markdown in markdown_files():
+        text = re.sub(r"```.*?```", "", markdown.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (markdown.parent / path).resolve() if path else markdown
+            if not linked.exists() or (anchor and anchor not in anchors(linked)):
+                broken.append(f"{markdown.name}: {target}")
+    assert not broken, broken
+
+
+def test_anchor_rule_matches_githubs():
+    assert anchors(README) >= {"the-twins-on-ud-english-ewt", "pretraining-a-bilm-on-your-own-text", "component-settings"}
