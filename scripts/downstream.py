@@ -328,7 +328,30 @@ def summarize(arms: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
     summary["relative_error_reduction"] = {
         metric: relative_error_reduction(summary["base"][metric]["mean"], summary["elmo"][metric]["mean"]) for metric in METRICS
     }
+    summary["paired"] = paired_by_seed(arms)
     return summary
+
+
+def paired_by_seed(arms: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Dict[str, Any]]:
+    """Per metric, the ELMo run's gain over the base run of the same seed (in accuracy, as
+    fractions): mean, sd and standard error over the seeds, the smallest and largest gain,
+    how many seeds gain, and each seed's own relative error reduction (None where its base
+    run makes no error). The seeds' spread of the gain is the comparison's own noise."""
+    base = {run["seed"]: run for run in arms["base"]}
+    paired: Dict[str, Dict[str, Any]] = {}
+    for metric in METRICS:
+        gains = [run[metric] - base[run["seed"]][metric] for run in arms["elmo"]]
+        spread = mean_sd(gains)
+        paired[metric] = {
+            **spread,
+            "se": spread["sd"] / len(gains) ** 0.5,
+            "min": min(gains),
+            "max": max(gains),
+            "seeds_ahead": sum(gain > 0 for gain in gains),
+            "seeds": len(gains),
+            "reduction_by_seed": [relative_error_reduction(base[run["seed"]][metric], run[metric]) for run in arms["elmo"]],
+        }
+    return paired
 
 
 def relative_error_reduction(base: float, elmo: float) -> Optional[float]:
@@ -354,6 +377,19 @@ def summary_table(summary: Dict[str, Any], n_runs: Dict[str, int]) -> str:
         base, elmo = summary["base"][key], summary["elmo"][key]
         if base is not None and elmo is not None:
             lines.append(f"| {label} | {base:,.1f} | {elmo:,.1f} | ×{elmo / base:.2f} |")
+    lines += [
+        "",
+        "| paired by seed | elmo − base, points (mean ± se) | smallest, largest | seeds ahead | reduction by seed |",
+        "|---|---|---|---|---|",
+    ]
+    for metric in METRICS:
+        pair = summary["paired"][metric]
+        reductions = [value for value in pair["reduction_by_seed"] if value is not None]
+        by_seed = f"{100 * min(reductions):+.1f}% to {100 * max(reductions):+.1f}%" if reductions else "n/a"
+        lines.append(
+            f"| `{metric}` | {100 * pair['mean']:+.2f} ± {100 * pair['se']:.2f} | {100 * pair['min']:+.2f}, {100 * pair['max']:+.2f} "
+            f"| {pair['seeds_ahead']} of {pair['seeds']} | {by_seed} |"
+        )
     return "\n".join(lines) + "\n"
 
 

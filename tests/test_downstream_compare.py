@@ -88,6 +88,23 @@ def test_summary_gives_means_sds_and_the_reduction_of_the_means(downstream):
     assert "n/a" in downstream.summary_table(perfect, {"base": 1, "elmo": 1})
 
 
+def test_paired_comparison_gives_each_seeds_gain_over_its_own_base_run(downstream):
+    def run(seed, accuracy):
+        return {"seed": seed, **dict.fromkeys(METRICS, accuracy), "train_seconds": 1.0, "words_per_second": 1.0, "peak_rss_mb": 1.0, "epochs": []}
+
+    # seeds listed in another order in each arm: pairs go by seed, not by position
+    arms = {"base": [run(0, 0.90), run(1, 0.80), run(2, 1.0)], "elmo": [run(2, 0.99), run(1, 0.85), run(0, 0.92)]}
+    paired = downstream.summarize(arms)["paired"]["tag_acc"]
+    gains = [-0.01, 0.05, 0.02]
+    assert paired["mean"] == pytest.approx(statistics.fmean(gains))
+    assert paired["se"] == pytest.approx(statistics.stdev(gains) / 3**0.5)
+    assert (paired["min"], paired["max"]) == (pytest.approx(-0.01), pytest.approx(0.05))
+    assert (paired["seeds_ahead"], paired["seeds"]) == (2, 3)
+    assert paired["reduction_by_seed"] == [None, pytest.approx(0.25), pytest.approx(0.2)]
+    table = downstream.summary_table(downstream.summarize(arms), {"base": 3, "elmo": 3})
+    assert "| `tag_acc` | +2.00 ± 1.73 | -1.00, +5.00 | 2 of 3 | +20.0% to +25.0% |" in table
+
+
 def test_evaluate_compares_only_seeds_whose_arms_share_budget_and_data(downstream, evaluations, tmp_path, test_set):
     make_run(tmp_path / "base", 0, 0.90)
     make_run(tmp_path / "elmo", 0, 0.95)
