@@ -1,5 +1,6 @@
 """The README's Python examples run as written, with the test model's files put in."""
 
+import functools
 import re
 from pathlib import Path
 
@@ -46,18 +47,22 @@ def markdown_files():
     return [README, *sorted((README.parent / "docs").glob("*.md"))]
 
 
-def anchors(markdown: Path) -> set:
+def prose(markdown: Path) -> str:
+    """A markdown file's text without its fenced code blocks."""
+    return re.sub(r"```.*?```", "", markdown.read_text(encoding="utf-8"), flags=re.S)
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(markdown: Path) -> frozenset:
     """The anchors GitHub gives the headings of a markdown file (code blocks left out)."""
-    text = re.sub(r"```.*?```", "", markdown.read_text(encoding="utf-8"), flags=re.S)
-    headings = re.findall(r"^#{1,6} (.+)$", text, flags=re.M)
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+    headings = re.findall(r"^#{1,6} (.+)$", prose(markdown), flags=re.M)
+    return frozenset(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings)
 
 
 def test_every_relative_link_of_the_docs_resolves():
     broken = []
     for markdown in markdown_files():
-        text = re.sub(r"```.*?```", "", markdown.read_text(encoding="utf-8"), flags=re.S)
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(markdown)):
             if re.match(r"[a-z]+:", target):
                 continue
             path, _, anchor = target.partition("#")
