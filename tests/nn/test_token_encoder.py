@@ -171,6 +171,32 @@ def test_gradients_reach_char_embeddings_and_convs():
         assert conv.weight.grad.abs().sum() > 0
 
 
+def plain_encode(encoder, config, ids):
+    """Autograd reference: conv1d over every character position, max over positions, activation, highways, projection."""
+    embedded = encoder.char_embedding(ids).transpose(1, 2)  # (n_tokens, char_dim, n_chars)
+    pooled = torch.cat([conv(embedded).amax(dim=2) for conv in encoder.cnn.convs], dim=1)
+    x = torch.relu(pooled) if config.activation == "relu" else torch.tanh(pooled)
+    for highway in encoder.highways:
+        x = highway(x)
+    return encoder.projection(x) if encoder.projection is not None else x
+
+
+@pytest.mark.parametrize("activation,n_highway", [("relu", 1), ("tanh", 2)])
+def test_gradients_match_autograd_through_a_plain_conv_and_max_pool(activation, n_highway):
+    """Every parameter's gradient, float64, tokens with repeated characters (tied windows),
+    trailing padding and a cut token, against autograd through conv1d over all positions."""
+    config, encoder = make_encoder(seed=5, activation=activation, n_highway=n_highway)
+    encoder.double().train()
+    ids = char_ids(WORDS + ["letter", "aaaa", "bank"])
+    weights = torch.randn(len(ids), config.projection_dim, dtype=torch.float64)
+    (encoder(ids) * weights).sum().backward()
+    grads = {name: p.grad.clone() for name, p in encoder.named_parameters()}
+    encoder.zero_grad()
+    (plain_encode(encoder, config, ids) * weights).sum().backward()
+    for name, p in encoder.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, atol=1e-10, rtol=1e-9, msg=name)
+
+
 def test_repeated_tokens_have_the_values_and_summed_gradients_of_tokens_encoded_alone():
     """Each distinct token is encoded once: values, and parameter gradients summed over its
     repeats, must equal encoding every token on its own."""
