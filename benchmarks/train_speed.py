@@ -10,7 +10,9 @@ Run by hand after `spacy project run corpus`:
 
 "share of GEMM" = model FLOPs per token (counted by torch's FlopCounterMode over a training
 step: forward and backward matrix products and convolutions) x tokens/s / the GFLOP/s of a
-1024^3 matrix product in the same precision (best of five), measured in the same process. `--profile`
+1024^3 matrix product in the same precision (best of five), measured in the same process. "faults"
+and "sys ms" are the minor page faults and the kernel's time per measured step
+(`getrusage`): a step that maps its large buffers afresh pays for them here. `--profile`
 also prints where a step's time goes (data, forward, backward, optimizer) and the
 operators that take the most of it.
 """
@@ -112,6 +114,7 @@ def measure(config_path: str, corpus: str, steps: int, threads: int, device: str
     step(sentences[1])
     seconds = dict.fromkeys(PHASES, 0.0)
     profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else None
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
     start, tokens = time.perf_counter(), 0
     if profiler:
         profiler.start()
@@ -120,6 +123,7 @@ def measure(config_path: str, corpus: str, steps: int, threads: int, device: str
     if profiler:
         profiler.stop()
     total = time.perf_counter() - start
+    usage_after = resource.getrusage(resource.RUSAGE_SELF)
     tokens_per_second = tokens / total
     gflops = gemm_gflops(precision, device)
     result = {
@@ -133,7 +137,9 @@ def measure(config_path: str, corpus: str, steps: int, threads: int, device: str
         "gemm_gflops": gflops,
         "share_of_gemm": flops_per_token * tokens_per_second / (gflops * 1e9),
         "phase_share": {phase: value / total for phase, value in seconds.items()},
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "minor_faults_per_step": (usage_after.ru_minflt - usage_before.ru_minflt) / steps,
+        "system_ms_per_step": 1000 * (usage_after.ru_stime - usage_before.ru_stime) / steps,
+        "peak_rss_gb": usage_after.ru_maxrss / 2**20,
         "peak_gpu_gb": torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else 0.0,
     }
     if profiler:
@@ -161,7 +167,10 @@ def main() -> None:
     precisions = [p for p in args.precisions if p == "fp32" or bf16_is_fast(torch.device(args.device))]
     if len(precisions) < len(args.precisions):
         print(f"bf16 skipped: {args.device} has no native bfloat16 (AVX512-BF16 or AMX on a CPU)")
-    print(f"{'config':26} {'prec':5} {'params':>11} {'batch':>6} {'tokens/s':>9} {'ms/step':>8} {'GFLOP/tok':>9} {'GEMM GF/s':>9} {'share':>6} {'RSS':>6}")
+    print(
+        f"{'config':26} {'prec':5} {'params':>11} {'batch':>6} {'tokens/s':>9} {'ms/step':>8} {'GFLOP/tok':>9} "
+        f"{'GEMM GF/s':>9} {'share':>6} {'faults':>7} {'sys ms':>6} {'RSS':>6}"
+    )
     profiles = []
     for config in args.configs:
         for precision in precisions:
@@ -189,7 +198,8 @@ def main() -> None:
             print(
                 f"{Path(result['config']).name:26} {precision:5} {result['parameters']:11,} {result['tokens_per_batch']:6} "
                 f"{result['tokens_per_second']:9,.0f} {result['ms_per_step']:8.0f} {result['model_gflop_per_token']:9.4f} "
-                f"{result['gemm_gflops']:9.0f} {result['share_of_gemm']:6.1%} {result['peak_rss_gb']:5.2f}G",
+                f"{result['gemm_gflops']:9.0f} {result['share_of_gemm']:6.1%} {result['minor_faults_per_step']:7,.0f} "
+                f"{result['system_ms_per_step']:6.1f} {result['peak_rss_gb']:5.2f}G",
                 flush=True,
             )
             profiles.append(result)
