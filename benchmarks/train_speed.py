@@ -14,7 +14,9 @@ step: forward and backward matrix products and convolutions) x tokens/s / the GF
 and "sys ms" are the minor page faults and the kernel's time per measured step
 (`getrusage`): a step that maps its large buffers afresh pays for them here. `--profile`
 also prints where a step's time goes (data, forward, backward, optimizer) and the
-operators that take the most of it.
+operators that take the most of it. "loops" says which LSTM time loops trained: the
+compiled ones (nn/fused_loops.py) or, where they cannot be built or
+SPACY_ELMO_FUSED_LOOPS=0, the Python ones.
 """
 
 import argparse
@@ -30,6 +32,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from spacy_elmo.heap import keep_freed_memory
+from spacy_elmo.nn.fused_loops import fused_loops
 from spacy_elmo.nn.precision import bf16_is_fast
 from spacy_elmo.training.config import load_config
 from spacy_elmo.training.data import BatchStream, Vocabulary, to_tensors, train_shards
@@ -129,6 +132,7 @@ def measure(config_path: str, corpus: str, steps: int, threads: int, device: str
     result = {
         "config": config_path,
         "precision": precision,
+        "loops": "fused" if device == "cpu" and fused_loops() is not None else "Python",
         "parameters": sum(p.numel() for p in objective.parameters()),
         "tokens_per_batch": batching.tokens_per_batch,
         "tokens_per_second": tokens_per_second,
@@ -168,7 +172,7 @@ def main() -> None:
     if len(precisions) < len(args.precisions):
         print(f"bf16 skipped: {args.device} has no native bfloat16 (AVX512-BF16 or AMX on a CPU)")
     print(
-        f"{'config':26} {'prec':5} {'params':>11} {'batch':>6} {'tokens/s':>9} {'ms/step':>8} {'GFLOP/tok':>9} "
+        f"{'config':26} {'prec':5} {'loops':6} {'params':>11} {'batch':>6} {'tokens/s':>9} {'ms/step':>8} {'GFLOP/tok':>9} "
         f"{'GEMM GF/s':>9} {'share':>6} {'faults':>7} {'sys ms':>6} {'RSS':>6}"
     )
     profiles = []
@@ -196,7 +200,7 @@ def main() -> None:
                 command.append("--profile")
             result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
             print(
-                f"{Path(result['config']).name:26} {precision:5} {result['parameters']:11,} {result['tokens_per_batch']:6} "
+                f"{Path(result['config']).name:26} {precision:5} {result['loops']:6} {result['parameters']:11,} {result['tokens_per_batch']:6} "
                 f"{result['tokens_per_second']:9,.0f} {result['ms_per_step']:8.0f} {result['model_gflop_per_token']:9.4f} "
                 f"{result['gemm_gflops']:9.0f} {result['share_of_gemm']:6.1%} {result['minor_faults_per_step']:7,.0f} "
                 f"{result['system_ms_per_step']:6.1f} {result['peak_rss_gb']:5.2f}G",

@@ -18,6 +18,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from .fused_loops import fused_loops
 from .shapes import product_rows, repeat_first_row
 
 LSTMState = Tuple[torch.Tensor, torch.Tensor]
@@ -274,6 +275,56 @@ def _run_time_loop(
     return outputs, h, c
 
 
+def _empty_record(
+    layer: ProjectedLSTM, input_gates: torch.Tensor, packing: _Packing, projection: torch.Tensor, product_dtype: torch.dtype
+) -> Tuple[torch.Tensor, _Record]:
+    """The packed outputs (D, rows, P) and the record a training time loop fills in (the
+    projection inputs' padding rows zeroed)."""
+    directions, padded, gate_dim = input_gates.shape
+    rows = packing.rows
+    cell_dim = gate_dim // 4
+    record = _Record(
+        input_gates.new_empty(directions, rows, gate_dim),
+        input_gates.new_empty(directions, rows, cell_dim),
+        input_gates.new_empty(directions, rows, cell_dim),
+        input_gates.new_empty(directions, padded if projection.numel() > 0 else 0, cell_dim, dtype=product_dtype),
+    )
+    record.unprojected[:, rows:].zero_()
+    return input_gates.new_empty(directions, rows, layer.output_dim), record
+
+
+def _fused_record_time_loop(
+    layer: ProjectedLSTM,
+    input_gates: torch.Tensor,
+    h0: torch.Tensor,
+    c0: torch.Tensor,
+    packing: _Packing,
+    recurrent_t: torch.Tensor,
+    projection: torch.Tensor,
+    product_dtype: torch.dtype,
+) -> Tuple[torch.Tensor, _Record]:
+    """`_record_time_loop` as one call of the compiled loop (`fused_loops`), float32 only."""
+    fused = fused_loops()
+    assert fused is not None
+    outputs, record = _empty_record(layer, input_gates, packing, projection, product_dtype)
+    projected = projection.numel() > 0
+    projection_t = projection.transpose(1, 2).to(product_dtype).contiguous() if projected else projection.to(product_dtype)
+    proj_clip = layer.proj_clip if projected else None
+    fused.record_loop(
+        input_gates.contiguous(),
+        h0.contiguous(),
+        c0.contiguous(),
+        recurrent_t.to(product_dtype).contiguous(),
+        projection_t,
+        packing.batch_sizes,
+        layer.cell_clip,
+        proj_clip,
+        outputs,
+        *record,
+    )
+    return outputs, record
+
+
 def _record_time_loop(
     layer: ProjectedLSTM,
     input_gates: torch.Tensor,
@@ -291,18 +342,8 @@ def _record_time_loop(
     same dtype). Packed input_gates (D, padded rows, 4H), h0 (D, batch, P), c0 (D, batch, H),
     recurrent_t (D, P, 4H), projection (D, P, H) or empty -> packed outputs (D, rows, P)
     and the record."""
-    directions, padded, gate_dim = input_gates.shape
-    rows = packing.rows
-    cell_dim = gate_dim // 4
+    outputs, record = _empty_record(layer, input_gates, packing, projection, product_dtype)
     projected = projection.numel() > 0
-    record = _Record(
-        input_gates.new_empty(directions, rows, gate_dim),
-        input_gates.new_empty(directions, rows, cell_dim),
-        input_gates.new_empty(directions, rows, cell_dim),
-        input_gates.new_empty(directions, padded if projected else 0, cell_dim, dtype=product_dtype),
-    )
-    record.unprojected[:, rows:].zero_()
-    outputs = input_gates.new_empty(directions, rows, layer.output_dim)
     low = product_dtype != input_gates.dtype
     recurrent_t = recurrent_t.to(product_dtype)
     projection_t = projection.transpose(1, 2).to(product_dtype) if projected else projection
@@ -366,8 +407,10 @@ class _TrainingTimeLoop(torch.autograd.Function):
         product_dtype = torch.bfloat16 if input_gates.dtype == torch.bfloat16 else dtype
         input_gates, recurrent_t, projection, h, c = (t.to(dtype) for t in (input_gates, recurrent_t, projection, h, c))
         packing = _packing(batch_sizes, input_gates.device)
+        ctx.fused = dtype == torch.float32 and input_gates.device.type == "cpu" and fused_loops() is not None
         with torch.autocast(input_gates.device.type, enabled=False):
-            outputs, record = _record_time_loop(layer, input_gates, h, c, packing, recurrent_t, projection, product_dtype)
+            run_loop = _fused_record_time_loop if ctx.fused else _record_time_loop
+            outputs, record = run_loop(layer, input_gates, h, c, packing, recurrent_t, projection, product_dtype)
         ctx.packing = packing
         ctx.padded_rows = input_gates.shape[1]
         ctx.product_dtype = product_dtype
@@ -382,47 +425,46 @@ class _TrainingTimeLoop(torch.autograd.Function):
         sigmoids, cells, tanh_cells, unprojected, outputs, recurrent_t, projection, h0, c0 = ctx.saved_tensors
         packing, product_dtype = ctx.packing, ctx.product_dtype
         dtype = sigmoids.dtype
-        low = product_dtype != dtype
         projected = projection.numel() > 0
         running = len(packing.last)
         directions, rows, cell_dim = cells.shape
-        factors = _gradient_factors(sigmoids, cells, tanh_cells, c0, packing, ctx.cell_clip)
         # d_y_all becomes, step by step, the gradient at each step's projection output
         # (recurrent gradient added, clipping mask applied): the projection's gradient.
         padded = ctx.padded_rows
         d_y_all = d_outputs.new_zeros(directions, padded, d_outputs.shape[2], dtype=dtype)
         d_y_all[:, :rows] = d_outputs
         d_y_all.index_add_(1, packing.last, d_h_final[:, :running].to(dtype))
-        if ctx.proj_clip is not None:
-            output_mask = outputs.abs() < ctx.proj_clip
-        d_c = d_c_final.to(dtype, copy=True)  # the gradient at each row's cell, times its clip mask
+        d_c = d_c_final.to(dtype, copy=True).contiguous()  # the gradient at each row's cell, times its clip mask
         if ctx.cell_clip is not None:
             d_c[:, :running].mul_(cells.index_select(1, packing.last).abs() < ctx.cell_clip)
-        d_h0 = d_h_final.to(dtype, copy=True)
+        d_h0 = d_h_final.to(dtype, copy=True).contiguous()
         d_gates = sigmoids.new_empty(directions, padded, sigmoids.shape[2], dtype=product_dtype)
         d_gates[:, rows:].zero_()
         recurrent = recurrent_t.transpose(1, 2).to(product_dtype)
         projection_low = projection.to(product_dtype)
-        for t in reversed(range(len(packing.batch_sizes))):
-            n = packing.batch_sizes[t]
-            step = packing.step(t)
-            d_y = d_y_all[:, step]
-            if ctx.proj_clip is not None:
-                d_y.mul_(output_mask[:, step])
-            d_unprojected = torch.bmm(d_y.to(product_dtype), projection_low) if projected else d_y
-            d_cell = torch.addcmul(d_c[:, :n], d_unprojected, factors.cell[:, step])
-            d_step = d_gates[:, step].view(directions, n, 4, cell_dim)
-            torch.mul(factors.gates[:, step].view(directions, n, 4, cell_dim)[:, :, :3], d_cell.unsqueeze(2), out=d_step[:, :, :3])
-            torch.mul(factors.gates[:, step, 3 * cell_dim :], d_unprojected, out=d_step[:, :, 3])
-            if t:
-                previous = d_y_all[:, packing.step(t - 1)][:, :n]
-                if low:
-                    previous.add_(torch.bmm(d_gates[:, step], recurrent))
-                else:
-                    previous.baddbmm_(d_gates[:, step], recurrent)
-            else:
-                d_h0[:, :n] = torch.bmm(d_gates[:, step], recurrent)
-            torch.mul(d_cell, factors.carry[:, step], out=d_c[:, :n])
+        if ctx.fused:
+            fused = fused_loops()
+            assert fused is not None
+            fused.backward_loop(
+                d_y_all,
+                d_c,
+                d_h0,
+                d_gates,
+                sigmoids,
+                cells,
+                tanh_cells,
+                outputs,
+                c0.contiguous(),
+                recurrent.contiguous(),
+                projection_low,
+                packing.batch_sizes,
+                ctx.cell_clip,
+                ctx.proj_clip,
+            )
+        else:
+            _backward_time_loop(
+                d_y_all, d_c, d_h0, d_gates, sigmoids, cells, tanh_cells, outputs, c0, recurrent, projection_low, packing, ctx.cell_clip, ctx.proj_clip
+            )
         previous_h = d_gates.new_zeros(directions, padded, outputs.shape[2])
         previous_h[:, :rows] = torch.cat([h0[:, : packing.batch_sizes[0]], outputs], dim=1).index_select(1, packing.previous)
         d_recurrent = torch.bmm(previous_h.transpose(1, 2), d_gates)
@@ -430,6 +472,55 @@ class _TrainingTimeLoop(torch.autograd.Function):
         grads = [d_gates, d_recurrent, d_projection, d_h0, d_c]
         grads = [grad.to(wanted) if grad is not None else None for grad, wanted in zip(grads, ctx.dtypes)]
         return (None, None, *(grad if need else None for grad, need in zip(grads, ctx.needs_input_grad[2:])))
+
+
+def _backward_time_loop(
+    d_y_all: torch.Tensor,
+    d_c: torch.Tensor,
+    d_h0: torch.Tensor,
+    d_gates: torch.Tensor,
+    sigmoids: torch.Tensor,
+    cells: torch.Tensor,
+    tanh_cells: torch.Tensor,
+    outputs: torch.Tensor,
+    c0: torch.Tensor,
+    recurrent: torch.Tensor,
+    projection: torch.Tensor,
+    packing: _Packing,
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+) -> None:
+    """The backward pass through time of a recorded loop, in place: d_y_all (D, padded rows,
+    P), the gradient at each step's outputs, gets the projection clip's mask and the
+    recurrent gradients; d_c (D, batch, H) and d_h0 (D, batch, P) become the initial
+    state's gradients, d_gates (D, padded rows, 4H) the gate pre-activations'. recurrent
+    (D, 4H, P) and projection (D, P, H) or empty are in the products' dtype."""
+    directions, _, cell_dim = cells.shape
+    low = d_gates.dtype != d_y_all.dtype
+    projected = projection.numel() > 0
+    factors = _gradient_factors(sigmoids, cells, tanh_cells, c0, packing, cell_clip)
+    if proj_clip is not None:
+        output_mask = outputs.abs() < proj_clip
+    for t in reversed(range(len(packing.batch_sizes))):
+        n = packing.batch_sizes[t]
+        step = packing.step(t)
+        d_y = d_y_all[:, step]
+        if proj_clip is not None:
+            d_y.mul_(output_mask[:, step])
+        d_unprojected = torch.bmm(d_y.to(d_gates.dtype), projection) if projected else d_y
+        d_cell = torch.addcmul(d_c[:, :n], d_unprojected, factors.cell[:, step])
+        d_step = d_gates[:, step].view(directions, n, 4, cell_dim)
+        torch.mul(factors.gates[:, step].view(directions, n, 4, cell_dim)[:, :, :3], d_cell.unsqueeze(2), out=d_step[:, :, :3])
+        torch.mul(factors.gates[:, step, 3 * cell_dim :], d_unprojected, out=d_step[:, :, 3])
+        if t:
+            previous = d_y_all[:, packing.step(t - 1)][:, :n]
+            if low:
+                previous.add_(torch.bmm(d_gates[:, step], recurrent))
+            else:
+                previous.baddbmm_(d_gates[:, step], recurrent)
+        else:
+            d_h0[:, :n] = torch.bmm(d_gates[:, step], recurrent)
+        torch.mul(d_cell, factors.carry[:, step], out=d_c[:, :n])
 
 
 class _GradientFactors(NamedTuple):

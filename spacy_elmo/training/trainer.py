@@ -35,6 +35,7 @@ from ..heap import keep_freed_memory
 from ..io import load_bilm
 from ..io.staging import WriteError
 from ..nn.bilm import BiLM
+from ..nn.fused_loops import fused_loops
 from ..nn.objective import BiLMObjective
 from ..nn.precision import bf16_is_fast
 from ..nn.softmax import FullSoftmax, SampledSoftmax
@@ -133,6 +134,9 @@ class Trainer:
             torch.set_num_threads(settings.num_threads)
         if self.device.type == "cpu":
             keep_freed_memory()  # every step reallocates the same large buffers
+            started = time.perf_counter()  # a first build of the fused loops takes a minute or two, before the clock starts
+            loops = "fused (C++)" if fused_loops() is not None else "Python"
+            logger.info("LSTM time loops: %s, ready in %.1f s", loops, time.perf_counter() - started)
         self.autocast = bool(settings.mixed_precision) and bf16_is_fast(self.device)
         if settings.mixed_precision is True and not self.autocast:
             logger.warning("training.mixed_precision: %s has no native bfloat16 (GPU, or CPU with AVX512-BF16 or AMX); training in fp32", self.device)
