@@ -10,7 +10,9 @@ leaves the weight gradients to one matrix product each; under bf16 autocast the 
 matrix products take bfloat16 operands while its state and gate arithmetic stay float32,
 and the products over all packed rows run over a rounded row count (`shapes`).
 `run_layers` trains several such layers over one packing (a biLM layer's two directions)
-in one time loop: each step's products for all of them are one batched product.
+in one time loop: each step's products for all of them are one batched product. On a CPU
+with float32 state, the training loops run compiled where they can be built
+(`fused_loops`): the same arithmetic as the Python loops here, which define it.
 """
 
 from typing import List, NamedTuple, Optional, Sequence, Tuple
@@ -388,7 +390,8 @@ class _TrainingTimeLoop(torch.autograd.Function):
     The forward pass records each step's gate sigmoids, cells and their tanh. The backward
     pass first computes, over all packed rows at once, every factor that does not depend
     on the incoming gradient (the gates' derivatives times what multiplies them, the
-    clipping masks), so that its per-step recurrence is seven operations; the weight
+    clipping masks), so that its per-step recurrence is seven operations (the compiled
+    loop, `fused_loops`, computes them inside its one pass per step); the weight
     gradients are one matrix product each over all packed rows. Gate arithmetic and state
     run in float32 (float64 for float64 inputs); under bf16 autocast, whose input gates
     arrive in bfloat16, the recurrent and projection products take bfloat16 operands (bf16
@@ -427,7 +430,7 @@ class _TrainingTimeLoop(torch.autograd.Function):
         dtype = sigmoids.dtype
         projected = projection.numel() > 0
         running = len(packing.last)
-        directions, rows, cell_dim = cells.shape
+        directions, rows, _ = cells.shape
         # d_y_all becomes, step by step, the gradient at each step's projection output
         # (recurrent gradient added, clipping mask applied): the projection's gradient.
         padded = ctx.padded_rows
