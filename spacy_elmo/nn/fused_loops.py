@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import Optional
@@ -40,10 +41,23 @@ def fused_loops() -> Optional[ModuleType]:
     try:
         from torch.utils.cpp_extension import load
 
+        _put_ninja_on_path()
         return load(name=f"spacy_elmo_lstm_loops_{_build_key()}", sources=[str(SOURCES[0])], extra_cflags=FLAGS)
     except Exception as error:  # no compiler, no ninja, a failed build: the Python loops run
         logger.warning("the fused LSTM loops could not be built (%s: %s); training runs the Python loops", type(error).__name__, error)
         return None
+
+
+def _put_ninja_on_path() -> None:
+    """PyTorch's builder runs `ninja` from PATH, which lacks the ninja package's own where a
+    virtual environment's Python runs without the environment activated: add it."""
+    if shutil.which("ninja") is not None:
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
 
 
 def _build_key() -> str:

@@ -3,6 +3,7 @@ nn/lstm.py, which are tested against a naive cell and finite differences; and th
 fallback to the Python loops where the compiled ones cannot run."""
 
 import logging
+import os
 
 import pytest
 import torch
@@ -132,3 +133,11 @@ def test_each_cpu_gets_its_own_build(monkeypatch):
     avx2 = fused_module._build_key()
     monkeypatch.setattr(fused_module, "_cpu_features", lambda: "flags : fpu avx2 avx512f avx512_bf16")
     assert fused_module._build_key() != avx2
+
+
+def test_the_ninja_package_is_found_without_an_activated_environment(monkeypatch):
+    ninja = pytest.importorskip("ninja")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(fused_module.shutil, "which", lambda name: None)
+    fused_module._put_ninja_on_path()
+    assert os.environ["PATH"].split(os.pathsep) == [ninja.BIN_DIR, "/nonexistent"]
