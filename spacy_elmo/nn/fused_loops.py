@@ -24,8 +24,9 @@ from typing import Optional
 
 SOURCES = (Path(__file__).parent / "csrc" / "lstm_loops.cpp", Path(__file__).parent / "csrc" / "lstm_rows.h")
 """The extension's source and the header of its per-row arithmetic."""
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
-"""-ffast-math lets the compiler vectorize exp (with glibc's vector math library);
+FLAGS = ["-O3", "-march=native", "-fno-trapping-math", "-fno-math-errno", "-fopenmp"]
+"""No -ffast-math: its reciprocal estimates turn the sigmoid's 1 / (1 + inf) into NaN.
+-fno-trapping-math lets the compiler vectorize the loops with their clamps and floor;
 -fopenmp makes ATen's parallel_for run the rows on torch's threads."""
 DISABLE_VARIABLE = "SPACY_ELMO_FUSED_LOOPS"
 

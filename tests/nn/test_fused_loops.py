@@ -105,6 +105,20 @@ def test_fused_loops_under_bf16_autocast_stay_as_close_to_float32_as_the_python_
         assert float((value.float() - exact).norm()) <= 2 * float((plain.float() - exact).norm()) + 1e-3 * scale
 
 
+def test_saturated_gates_give_the_python_loops_results_not_nan(fused, monkeypatch):
+    """Gate pre-activations far beyond exp's float32 range (|z| in the hundreds): sigmoids
+    of exactly 0 and 1, finite outputs and gradients, as in the Python loops."""
+    layers, inputs, batch_sizes, states, weights = two_layers(8, 3.0)
+    with torch.no_grad():
+        for layer in layers:
+            layer.input_weight.mul_(100.0)
+    python, _ = layer_pair_gradients(layers, inputs, batch_sizes, states, weights, False, monkeypatch)
+    compiled, _ = layer_pair_gradients(layers, inputs, batch_sizes, states, weights, True, monkeypatch)
+    for reference, value in zip(python, compiled):
+        assert torch.isfinite(value).all()
+        torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-5 * float(reference.abs().max()))
+
+
 def test_switched_off_fused_loops_leave_training_to_the_python_loops(uncached, monkeypatch):
     monkeypatch.setenv(fused_module.DISABLE_VARIABLE, "0")
     assert fused_module.fused_loops() is None

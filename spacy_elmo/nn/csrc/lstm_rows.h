@@ -39,14 +39,36 @@ inline bfloat16_bits narrow<bfloat16_bits>(float value) {
   return static_cast<bfloat16_bits>(bits >> 16);
 }
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float clamp(float value, float bound) { return value < -bound ? -bound : (value > bound ? bound : value); }
 
-// tanh(x) = 2 sigmoid(2x) - 1: one exp, vectorized with it (absolute error about 1e-7).
+// exp(x) with x clamped to [-87, 88] (all that sigmoid and tanh need, and no overflow): 2^n
+// e^r, r in [-ln 2 / 2, ln 2 / 2], e^r by Cephes' degree-6 polynomial (within 2 ulp).
+// Plain arithmetic, so the loops vectorize without a vector math library or fast-math
+// flags (whose reciprocal estimates turn 1 / (1 + inf) into NaN).
+inline float exp_clamped(float x) {
+  constexpr float kLog2e = 1.44269504088896341f, kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float n = std::floor(x * kLog2e + 0.5f);
+  const float r = (x - n * kLn2High) - n * kLn2Low;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t exponent = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &exponent, sizeof scale);
+  return p * scale;
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_clamped(-x)); }
+
+// tanh(x) = 2 sigmoid(2x) - 1: one exp (absolute error about 1e-7).
 inline float tanh_from_sigmoid(float x) { return 2.0f * sigmoid(2.0f * x) - 1.0f; }
 
-inline float clamp(float value, float bound) { return std::fmin(std::fmax(value, -bound), bound); }
-
-// A clip's bound, or no bound: FLT_MAX (not infinity, which fast math assumes away).
+// A clip's bound, or no bound.
 inline float bound_or_none(bool clip, double bound) { return clip ? static_cast<float>(bound) : FLT_MAX; }
 
 // Forward: gate pre-activations (the product `recurrent`, plus `input_gates` and bias; the
