@@ -55,7 +55,7 @@ def test_resume_keeps_the_checkpoint_and_takes_a_new_budget():
     [
         (checkpoint_of(world_size=2), CONFIG, "the checkpoint was written by 2 processes, this run has 1"),
         (checkpoint_of(corpus={**CORPUS, "vocab": "zz"}), CONFIG, "the corpus changed since the checkpoint \\(vocab differs\\)"),
-        (checkpoint_of(), with_training(CONFIG, dropout=0.3), "\\[training\\] dropout was 0.0, is now 0.3"),
+        (checkpoint_of(), with_training(CONFIG, dropout=0.3), f"\\[training\\] dropout was {CONFIG.training.dropout}, is now 0.3"),
         (checkpoint_of(), dataclasses.replace(CONFIG, head=dataclasses.replace(CONFIG.head, n_samples=7)), "\\[head\\] n_samples was"),
     ],
 )
