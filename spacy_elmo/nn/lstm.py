@@ -277,11 +277,9 @@ def _run_time_loop(
     return outputs, h, c
 
 
-def _empty_record(
-    layer: ProjectedLSTM, input_gates: torch.Tensor, packing: _Packing, projection: torch.Tensor, product_dtype: torch.dtype
-) -> Tuple[torch.Tensor, _Record]:
+def _empty_record(layer: ProjectedLSTM, input_gates: torch.Tensor, packing: _Packing, projection_t: torch.Tensor) -> Tuple[torch.Tensor, _Record]:
     """The packed outputs (D, rows, P) and the record a training time loop fills in (the
-    projection inputs' padding rows zeroed)."""
+    projection inputs in the products' dtype, `projection_t`'s, their padding rows zeroed)."""
     directions, padded, gate_dim = input_gates.shape
     rows = packing.rows
     cell_dim = gate_dim // 4
@@ -289,7 +287,7 @@ def _empty_record(
         input_gates.new_empty(directions, rows, gate_dim),
         input_gates.new_empty(directions, rows, cell_dim),
         input_gates.new_empty(directions, rows, cell_dim),
-        input_gates.new_empty(directions, padded if projection.numel() > 0 else 0, cell_dim, dtype=product_dtype),
+        input_gates.new_empty(directions, padded if projection_t.numel() > 0 else 0, cell_dim, dtype=projection_t.dtype),
     )
     record.unprojected[:, rows:].zero_()
     return input_gates.new_empty(directions, rows, layer.output_dim), record
@@ -302,21 +300,18 @@ def _fused_record_time_loop(
     c0: torch.Tensor,
     packing: _Packing,
     recurrent_t: torch.Tensor,
-    projection: torch.Tensor,
-    product_dtype: torch.dtype,
+    projection_t: torch.Tensor,
 ) -> Tuple[torch.Tensor, _Record]:
     """`_record_time_loop` as one call of the compiled loop (`fused_loops`), float32 only."""
     fused = fused_loops()
     assert fused is not None
-    outputs, record = _empty_record(layer, input_gates, packing, projection, product_dtype)
-    projected = projection.numel() > 0
-    projection_t = projection.transpose(1, 2).to(product_dtype).contiguous() if projected else projection.to(product_dtype)
-    proj_clip = layer.proj_clip if projected else None
+    outputs, record = _empty_record(layer, input_gates, packing, projection_t)
+    proj_clip = layer.proj_clip if projection_t.numel() > 0 else None
     fused.record_loop(
         input_gates.contiguous(),
         h0.contiguous(),
         c0.contiguous(),
-        recurrent_t.to(product_dtype).contiguous(),
+        recurrent_t,
         projection_t,
         packing.batch_sizes,
         layer.cell_clip,
@@ -334,21 +329,19 @@ def _record_time_loop(
     c0: torch.Tensor,
     packing: _Packing,
     recurrent_t: torch.Tensor,
-    projection: torch.Tensor,
-    product_dtype: torch.dtype,
+    projection_t: torch.Tensor,
 ) -> Tuple[torch.Tensor, _Record]:
     """The training time loop of D layers at once: the inference loop's gate arithmetic
     (`_cell_update`), with every step's state written once into the record (no state
     copies). Gates, cells and outputs are in the dtype of `input_gates`; the recurrent and
-    projection products take `product_dtype` operands (bfloat16 under autocast, else the
-    same dtype). Packed input_gates (D, padded rows, 4H), h0 (D, batch, P), c0 (D, batch, H),
-    recurrent_t (D, P, 4H), projection (D, P, H) or empty -> packed outputs (D, rows, P)
+    projection products take the weights' dtype (bfloat16 under autocast, else the same
+    dtype). Packed input_gates (D, padded rows, 4H), h0 (D, batch, P), c0 (D, batch, H),
+    recurrent_t (D, P, 4H), projection_t (D, H, P) or empty -> packed outputs (D, rows, P)
     and the record."""
-    outputs, record = _empty_record(layer, input_gates, packing, projection, product_dtype)
-    projected = projection.numel() > 0
+    outputs, record = _empty_record(layer, input_gates, packing, projection_t)
+    projected = projection_t.numel() > 0
+    product_dtype = recurrent_t.dtype
     low = product_dtype != input_gates.dtype
-    recurrent_t = recurrent_t.to(product_dtype)
-    projection_t = projection.transpose(1, 2).to(product_dtype) if projected else projection
     h_previous = h0.to(product_dtype)
     for t, n in enumerate(packing.batch_sizes):
         step = packing.step(t)
@@ -412,8 +405,10 @@ class _TrainingTimeLoop(torch.autograd.Function):
         packing = _packing(batch_sizes, input_gates.device)
         ctx.fused = dtype == torch.float32 and input_gates.device.type == "cpu" and fused_loops() is not None
         with torch.autocast(input_gates.device.type, enabled=False):
+            recurrent_low = recurrent_t.to(product_dtype).contiguous()  # the products' operands, for either loop
+            projection_t = projection.transpose(1, 2).to(product_dtype).contiguous() if projection.numel() else projection.to(product_dtype)
             run_loop = _fused_record_time_loop if ctx.fused else _record_time_loop
-            outputs, record = run_loop(layer, input_gates, h, c, packing, recurrent_t, projection, product_dtype)
+            outputs, record = run_loop(layer, input_gates, h, c, packing, recurrent_low, projection_t)
         ctx.packing = packing
         ctx.padded_rows = input_gates.shape[1]
         ctx.product_dtype = product_dtype
