@@ -4,8 +4,7 @@ For about 2,000 English sentences (5-40 tokens, UD English EWT train in ../share
 tokens/s and peak RSS at batch sizes 32 and 64 sentences, for exact fp32 (the plain
 forward without cache, and the fast path), bf16 and int8, the time split between token
 encoder and LSTMs, and each approximate mode's deviation from fp32. Every measurement
-runs in a fresh process, so peak RSS is its own. fp32 runs the compiled time loops
-where they build (`SPACY_ELMO_FUSED_LOOPS=0` for the Python ones). Run by hand:
+runs in a fresh process, so peak RSS is its own. Run by hand:
 
     python benchmarks/embed_speed.py [--threads 2] [--sentences 2000] [--configs small original]
 """
@@ -24,7 +23,6 @@ import torch
 
 from spacy_elmo.nn import BiLM, BiLMConfig, batch_to_char_ids
 from spacy_elmo.nn.embedder import Embedder
-from spacy_elmo.nn.fused_loops import fused_loops
 
 FILTERS = ((1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024))
 CONFIGS = {
@@ -141,8 +139,7 @@ def main() -> None:
         print(json.dumps(run_one(config_name, mode, int(batch), args.sentences, args.threads)))
         return
     torch.set_num_threads(args.threads)
-    loops = "fused (C++)" if fused_loops() is not None else "Python"
-    print(f"torch {torch.__version__}, {args.threads} threads, {args.sentences} sentences of UD English EWT, LSTM time loops in fp32: {loops}")
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.sentences} sentences of UD English EWT")
     print(f"matrix product 2048x2048: fp32 {matmul_rate(torch.float32):.0f} GFLOP/s, bf16 {matmul_rate(torch.bfloat16):.0f} GFLOP/s")
     for config_name in args.configs:
         flops = lstm_flops_per_token(CONFIGS[config_name])

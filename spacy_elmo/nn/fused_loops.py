@@ -1,5 +1,4 @@
-"""The projected LSTM's time loops as one compiled C++ function each (training, and
-inference on CPU in float32 or bf16 autocast).
+"""The projected LSTM's training time loops as one compiled C++ function each.
 
 In Python a time step of `_TrainingTimeLoop` is a dozen tensor operations, each a pass
 over the step's gates with its own dispatch cost; `csrc/lstm_loops.cpp` runs the whole
@@ -46,7 +45,7 @@ def fused_loops() -> Optional[ModuleType]:
         _put_ninja_on_path()
         return load(name=f"spacy_elmo_lstm_loops_{_build_key()}", sources=[str(SOURCES[0])], extra_cflags=FLAGS)
     except Exception as error:  # no compiler, no ninja, a failed build: the Python loops run
-        logger.warning("the fused LSTM loops could not be built (%s: %s); the LSTM runs its Python loops", type(error).__name__, error)
+        logger.warning("the fused LSTM loops could not be built (%s: %s); training runs the Python loops", type(error).__name__, error)
         return None
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .fused_loops import fused_loops
-from .shapes import cpu_autocast_dtype, product_rows, repeat_first_row
+from .shapes import product_rows, repeat_first_row
 
 LSTMState = Tuple[torch.Tensor, torch.Tensor]
 """(h, c): h is (batch, output_dim), c is (batch, cell_dim)."""
@@ -87,7 +87,7 @@ class ProjectedLSTM(nn.Module):
         Returns outputs (batch, time, output_dim), zero past each row's length, and the
         final (h, c) of each row, taken at that row's last step.
         """
-        if _runs_in_one_loop([self], inputs):
+        if torch.is_grad_enabled() and self.differentiable:
             return _run_in_one_loop([self], [inputs], batch_sizes, [state])[0]
         batch, time, _ = inputs.shape
         h, c = state if state is not None else self.zero_state(batch, inputs)
@@ -168,30 +168,17 @@ def run_layers(
     layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
 ) -> List[Tuple[torch.Tensor, LSTMState]]:
     """Each of `layers` (same shapes and clips) over its own input with the same packing,
-    as `layer(inputs, batch_sizes, state)` each: in one time loop whose products are
-    batched over the layers (`_TrainingTimeLoop`) with autograd recording (training) or
-    where the compiled loop runs, else one after the other."""
+    as `layer(inputs, batch_sizes, state)` each: with autograd recording (training) in
+    one time loop whose products are batched over the layers (`_TrainingTimeLoop`), else
+    one after the other."""
     settings = {
         (type(layer), layer.input_dim, layer.cell_dim, layer.output_dim, layer.projection is None, layer.cell_clip, layer.proj_clip) for layer in layers
     }
     if len(settings) > 1:
         raise ValueError(f"layers run together need the same kind, shapes and clips, got {sorted(settings, key=str)}")
-    if _runs_in_one_loop(layers, inputs[0]):
+    if torch.is_grad_enabled() and layers[0].differentiable:
         return _run_in_one_loop(layers, inputs, batch_sizes, states)
     return [layer(x, batch_sizes, state) for layer, x, state in zip(layers, inputs, states)]
-
-
-def _runs_in_one_loop(layers: Sequence[ProjectedLSTM], inputs: torch.Tensor) -> bool:
-    """Whether `layers` run in `_TrainingTimeLoop`: always with autograd recording (their
-    products differentiable), and for float32 inference on CPU too where the compiled loop
-    runs (`fused_loops`), faster than the inference loop (its record is dropped with the
-    call). Inference under autocast keeps the inference loop, whose bf16 deviation is the
-    documented one."""
-    if not layers[0].differentiable:
-        return False
-    if torch.is_grad_enabled():
-        return True
-    return inputs.device.type == "cpu" and inputs.dtype == torch.float32 and cpu_autocast_dtype() is None and fused_loops() is not None
 
 
 def _run_in_one_loop(

@@ -21,7 +21,7 @@ ROW_MULTIPLE = 64
 
 def rounding_pays(device: torch.device) -> bool:
     """Whether products on `device` run here in bf16 through oneDNN: under bf16 autocast on the CPU."""
-    return device.type == "cpu" and cpu_autocast_dtype() == torch.bfloat16
+    return device.type == "cpu" and _cpu_autocast_dtype() == torch.bfloat16
 
 
 def product_rows(n: int, device: torch.device) -> int:
@@ -49,7 +49,7 @@ def repeat_first_row(x: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([x, x[:1].expand(rows - len(x), *x.shape[1:])])
 
 
-def cpu_autocast_dtype() -> Optional[torch.dtype]:
+def _cpu_autocast_dtype() -> Optional[torch.dtype]:
     """The dtype CPU autocast runs products in, None when it is off."""
     if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4
         return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None

@@ -1,6 +1,6 @@
-"""The compiled time loops (nn/fused_loops.py), in training and inference, against the
-Python loops of nn/lstm.py, which are tested against a naive cell and finite differences;
-and the fallback to the Python loops where the compiled ones cannot run."""
+"""The compiled training time loops (nn/fused_loops.py) against the Python loops of
+nn/lstm.py, which are tested against a naive cell and finite differences; and the
+fallback to the Python loops where the compiled ones cannot run."""
 
 import logging
 import os
@@ -29,9 +29,10 @@ def uncached():
     fused_module.fused_loops.cache_clear()
 
 
-def use_fused_loops(use_fused, monkeypatch):
-    """Let the LSTM run the fused loops (counting each run of the forward loop in the
-    returned list) or not."""
+def layer_pair_gradients(layers, inputs, batch_sizes, states, weights, use_fused, monkeypatch, bf16=False):
+    """Outputs, final states and every gradient of a weighted sum of them, for two layers
+    trained in one loop (a biLM layer's directions), with or without the fused loops; and
+    how many times the fused forward loop ran."""
     calls = []
     if use_fused:
         loops = fused_module.fused_loops()
@@ -46,14 +47,6 @@ def use_fused_loops(use_fused, monkeypatch):
         monkeypatch.setattr(lstm_module, "fused_loops", lambda: Counting())
     else:
         monkeypatch.setattr(lstm_module, "fused_loops", lambda: None)
-    return calls
-
-
-def layer_pair_gradients(layers, inputs, batch_sizes, states, weights, use_fused, monkeypatch, bf16=False):
-    """Outputs, final states and every gradient of a weighted sum of them, for two layers
-    trained in one loop (a biLM layer's directions), with or without the fused loops; and
-    how many times the fused forward loop ran."""
-    calls = use_fused_loops(use_fused, monkeypatch)
     for layer in layers:
         layer.zero_grad()
     leaves = [x.clone().requires_grad_(True) for x in inputs] + [t.clone().requires_grad_(True) for state in states for t in state]
@@ -124,66 +117,6 @@ def test_saturated_gates_give_the_python_loops_results_not_nan(fused, monkeypatc
     for reference, value in zip(python, compiled):
         assert torch.isfinite(value).all()
         torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-5 * float(reference.abs().max()))
-
-
-def inference_results(layers, inputs, batch_sizes, states, use_fused, monkeypatch, dtype=torch.float32):
-    """Outputs and final states of two layers run for inference (no autograd), with or
-    without the fused loops, and how many times the fused loop ran."""
-    calls = use_fused_loops(use_fused, monkeypatch)
-    with torch.no_grad():
-        results = run_layers(layers, [x.to(dtype) for x in inputs], batch_sizes, [tuple(t.to(dtype) for t in state) for state in states])
-    monkeypatch.undo()
-    return [t for out, (h, c) in results for t in (out, h, c)], len(calls)
-
-
-@pytest.mark.parametrize("clip", [0.8, None], ids=["clipped", "no clips"])
-@pytest.mark.parametrize("projection", [8, None], ids=["projected", "unprojected"])
-def test_inference_runs_the_fused_loop_and_gives_the_inference_loops_outputs(fused, monkeypatch, projection, clip):
-    layers, inputs, batch_sizes, states, _ = two_layers(projection, clip)
-    python, python_calls = inference_results(layers, inputs, batch_sizes, states, False, monkeypatch)
-    compiled, compiled_calls = inference_results(layers, inputs, batch_sizes, states, True, monkeypatch)
-    assert (python_calls, compiled_calls) == (0, 1)
-    for reference, value in zip(python, compiled):
-        torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-5 * float(reference.abs().max()))
-
-
-def test_one_layer_runs_the_fused_loop_for_inference(fused, monkeypatch):
-    layers, inputs, batch_sizes, states, _ = two_layers(8, 0.8)
-    for use_fused in (False, True):
-        calls = use_fused_loops(use_fused, monkeypatch)
-        with torch.no_grad():
-            outputs, (h, c) = layers[0](inputs[0], batch_sizes, states[0])
-        monkeypatch.undo()
-        if not use_fused:
-            reference = (outputs, h, c)
-    assert len(calls) == 1
-    for value, expected in zip((outputs, h, c), reference):
-        torch.testing.assert_close(value, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max()))
-
-
-def test_float64_autocast_and_non_differentiable_layers_keep_the_inference_loop(fused, monkeypatch):
-    """The compiled inference loop is for float32 only (bf16 inference keeps the arithmetic
-    its deviation was measured with), and a layer whose products are not differentiable
-    (int8) has products of its own that only the inference loop calls."""
-    layers, inputs, batch_sizes, states, _ = two_layers(8, 0.8)
-    float64 = [ProjectedLSTM(10, 32, 8, cell_clip=0.8, proj_clip=0.8).double() for _ in range(2)]
-    for layer, source in zip(float64, layers):
-        layer.load_state_dict({name: value.double() for name, value in source.state_dict().items()})
-    values, calls = inference_results(float64, inputs, batch_sizes, states, True, monkeypatch, dtype=torch.float64)
-    assert calls == 0 and values[0].dtype == torch.float64
-
-    class NotDifferentiable(ProjectedLSTM):
-        differentiable = False
-
-    plain = [NotDifferentiable(10, 32, 8, cell_clip=0.8, proj_clip=0.8) for _ in range(2)]
-    for layer, source in zip(plain, layers):
-        layer.load_state_dict(source.state_dict())
-    _, calls = inference_results(plain, inputs, batch_sizes, states, True, monkeypatch)
-    assert calls == 0
-    calls_list = use_fused_loops(True, monkeypatch)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        run_layers(layers, inputs, batch_sizes, states)
-    assert calls_list == []
 
 
 def test_switched_off_fused_loops_leave_training_to_the_python_loops(uncached, monkeypatch):
