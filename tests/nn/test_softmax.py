@@ -7,6 +7,7 @@ import torch
 
 from spacy_elmo.nn import softmax
 from spacy_elmo.nn.softmax import (
+    CHUNK_ROWS,
     FullSoftmax,
     SampledLogSumExp,
     SampledSoftmax,
@@ -124,15 +125,39 @@ def test_training_with_sampled_softmax_lowers_the_exact_loss():
 
 
 def test_evaluation_softmax_in_chunks_equals_the_whole():
-    from spacy_elmo.nn.softmax import EVAL_ROWS
-
     torch.manual_seed(0)
     head = FullSoftmax(8, 50)
-    hidden, targets = torch.randn(2 * EVAL_ROWS + 7, 8), torch.randint(0, 50, (2 * EVAL_ROWS + 7,))
+    hidden, targets = torch.randn(2 * CHUNK_ROWS + 7, 8), torch.randint(0, 50, (2 * CHUNK_ROWS + 7,))
     whole = head(hidden, targets)  # autograd on: one product
     with torch.no_grad():
         chunked = head(hidden, targets)
     torch.testing.assert_close(chunked, whole.detach())
+
+
+def test_full_softmax_under_cpu_bf16_autocast_runs_one_shape_and_matches_fp32(monkeypatch):
+    """Under CPU bf16 autocast the rows go in chunks of CHUNK_ROWS, the last one padded, so
+    every product has one shape; losses and gradients are those of the plain fp32 softmax
+    up to bf16 rounding, and the padding rows get no gradient."""
+    torch.manual_seed(0)
+    head = FullSoftmax(8, 50)
+    n = CHUNK_ROWS + 7
+    hidden, targets = torch.randn(n, 8, requires_grad=True), torch.randint(0, 50, (n,))
+    shapes = []
+    plain_nll = FullSoftmax._nll
+    monkeypatch.setattr(FullSoftmax, "_nll", lambda self, h, t: shapes.append(tuple(h.shape)) or plain_nll(self, h, t))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = head(hidden, targets)
+    assert shapes == [(CHUNK_ROWS, 8), (CHUNK_ROWS, 8)]
+    losses.sum().backward()
+    reference_hidden = hidden.detach().clone().requires_grad_(True)
+    reference = torch.nn.functional.cross_entropy(reference_hidden @ head.weight.t() + head.bias, targets, reduction="none")
+    weight_grad = head.weight.grad.clone()
+    head.weight.grad = None
+    reference.sum().backward()
+    assert losses.shape == (n,)
+    torch.testing.assert_close(losses.float(), reference.detach(), rtol=0.02, atol=0.02)
+    torch.testing.assert_close(hidden.grad, reference_hidden.grad, rtol=0.05, atol=0.01)
+    torch.testing.assert_close(weight_grad, head.weight.grad, rtol=0.05, atol=0.05)
 
 
 def plain_sampled_losses(head: SampledSoftmax, hidden, targets, samples, tries):
