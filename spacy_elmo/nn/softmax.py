@@ -51,9 +51,8 @@ class FullSoftmax(nn.Module):
         """(n, P), (n,) ids -> (n,) negative log-likelihoods. Rows go in chunks of
         CHUNK_ROWS without autograd, so that evaluation never holds more than (CHUNK_ROWS,
         vocab) logits, and under CPU bf16 autocast, with the last chunk padded so that every
-        product has one shape: oneDNN keeps a kernel with buffers the size of its output for
-        each new shape (`shapes`), and (n, vocab) logits of a new n every step filled 24 GiB
-        within 100 steps with a 53k vocabulary."""
+        product has one shape (oneDNN compiles a kernel for each new shape, `shapes`): with a
+        53k vocabulary a step then ran 1.19 times as fast as over (n, vocab) at once."""
         n = len(hidden)
         if rounding_pays(hidden.device):
             rows = -(-n // CHUNK_ROWS) * CHUNK_ROWS
