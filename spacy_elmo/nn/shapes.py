@@ -30,9 +30,9 @@ def product_rows(n: int, device: torch.device) -> int:
     return rounded_rows(n) if rounding_pays(device) else n
 
 
-def rounded_rows(n: int) -> int:
-    """`n` rounded up to a multiple of `ROW_MULTIPLE`."""
-    return -(-n // ROW_MULTIPLE) * ROW_MULTIPLE
+def rounded_rows(n: int, multiple: int = ROW_MULTIPLE) -> int:
+    """`n` rounded up to a multiple of `multiple`."""
+    return -(-n // multiple) * multiple
 
 
 def pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from typing import Tuple
 import torch
 from torch import nn
 
-from .shapes import pad_rows, product_rows, rounding_pays
+from .shapes import pad_rows, product_rows, rounded_rows, rounding_pays
 
 CHUNK_ROWS = 1024
 """Rows per chunk of a full softmax in evaluation and in CPU bf16 training."""
@@ -55,7 +55,7 @@ class FullSoftmax(nn.Module):
         53k vocabulary a step then ran 1.19 times as fast as over (n, vocab) at once."""
         n = len(hidden)
         if rounding_pays(hidden.device):
-            rows = -(-n // CHUNK_ROWS) * CHUNK_ROWS
+            rows = rounded_rows(n, CHUNK_ROWS)
             hidden, targets = pad_rows(hidden, rows), pad_rows(targets, rows)
         elif torch.is_grad_enabled() or n <= CHUNK_ROWS:
             return self._nll(hidden, targets)
