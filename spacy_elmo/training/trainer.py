@@ -137,7 +137,7 @@ class Trainer:
                 keep_freed_memory()  # every step reallocates the same large buffers
             # not the full head: its logits (the step's tokens x the vocabulary, hundreds of
             # MB) change size every step and, kept in the heap, fragment it without bound
-            # (24 GiB in under 100 steps of pretrain-adapt.cfg with its 53k words)
+            # (24 GB in under 100 steps of pretrain-adapt.cfg with its 53k words)
             started = time.perf_counter()  # a first build of the fused loops takes 15-20 s on 2 cores, before the clock starts
             loops = "fused (C++)" if fused_loops() is not None else "Python"
             logger.info("LSTM time loops: %s, ready in %.1f s", loops, time.perf_counter() - started)
