@@ -13,7 +13,9 @@ default, names the folder so that the runs of several biLMs share one baseline).
 trains in a process of its own with `spacy train`'s loop, the two arms with identical
 overrides (seed, step budget, data, and a callback that logs epoch times and peak RSS). A
 run that finished with the same inputs is not trained again, so an interrupted `train`
-continues with the next unfinished run (an interrupted run restarts).
+continues with the next unfinished run (an interrupted run restarts). `--set KEY=VALUE`
+overrides both arms' configs alike (a wider tok2vec for both, say) and is one of the
+inputs: give each setting an OUTPUT_DIR of its own, or its base runs replace the others.
 """
 
 import hashlib
@@ -50,12 +52,29 @@ def fingerprint(path: Path) -> str:
     return digest.hexdigest()
 
 
-def run_inputs(config: Path, seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path]) -> Dict[str, Any]:
+def run_inputs(config: Path, seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], settings: Dict[str, Any]) -> Dict[str, Any]:
     """What a run depends on: a finished run with the same inputs is not repeated."""
     inputs = {"config": fingerprint(config), "seed": seed, "max_steps": max_steps, "train": fingerprint(train), "dev": fingerprint(dev)}
     if bilm is not None:
         inputs["bilm"] = fingerprint(bilm)
+    if settings:
+        inputs["overrides"] = settings
     return inputs
+
+
+def parse_settings(items: List[str]) -> Dict[str, Any]:
+    """`--set KEY=VALUE` items as spaCy config overrides, each VALUE read as JSON."""
+    settings = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        message = f"--set takes KEY=VALUE with VALUE in JSON (a string in double quotes), got {item!r}"
+        if not key or not equals:
+            raise typer.BadParameter(message)
+        try:
+            settings[key] = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise typer.BadParameter(message) from err
+    return settings
 
 
 def finished_with(run_dir: Path, inputs: Dict[str, Any]) -> bool:
@@ -88,9 +107,16 @@ def train(
     seeds: str = typer.Option("0,1", help="Comma-separated seeds"),
     max_steps: int = typer.Option(2500, min=1, help="spaCy training steps per run"),
     elmo_arm: str = typer.Option("elmo", help="Folder of the ELMo arm's runs in OUTPUT_DIR"),
+    setting: List[str] = typer.Option(
+        [],
+        "--set",
+        help="KEY=VALUE override of both arms' configs (VALUE in JSON), e.g. components.tok2vec.model.encode.width=192; "
+        "the base runs of OUTPUT_DIR are trained again for other overrides, so give each setting its own OUTPUT_DIR",
+    ),
 ) -> None:
     """Train every (arm, seed) run not yet finished with these inputs."""
     seed_list = parse_seeds(seeds)
+    settings = parse_settings(setting)
     for path in (base_config, elmo_config, train_path, dev_path, bilm):
         if not path.exists():
             raise typer.BadParameter(f"{path} not found")
@@ -100,7 +126,7 @@ def train(
     for number, (arm, seed) in enumerate(runs, start=1):
         run_dir = output_dir / folders[arm] / f"seed{seed}"
         arm_bilm = bilm if arm == "elmo" else None
-        inputs = run_inputs(configs[arm], seed, max_steps, train_path, dev_path, arm_bilm)
+        inputs = run_inputs(configs[arm], seed, max_steps, train_path, dev_path, arm_bilm, settings)
         if finished_with(run_dir, inputs):
             typer.echo(f"[{number}/{len(runs)}] {arm} seed {seed}: done before, skipped")
             continue
@@ -123,6 +149,8 @@ def train(
         ]
         if arm_bilm is not None:
             command += ["--bilm", str(arm_bilm)]
+        for item in setting:
+            command += ["--set", item]
         result = subprocess.run(command)
         if result.returncode != 0:
             raise typer.Exit(result.returncode)
@@ -150,10 +178,7 @@ def run(
 
     epochs_log = run_dir / "epochs.jsonl"
     start = time.perf_counter()
-    extra = {}
-    for item in setting:
-        key, _, value = item.partition("=")
-        extra[key] = json.loads(value)
+    extra = parse_settings(setting)
     spacy_train(config, run_dir, overrides={**overrides(seed, max_steps, train_path, dev_path, bilm, epochs_log), **extra})
     seconds = time.perf_counter() - start
     epochs = [json.loads(line) for line in epochs_log.read_text().splitlines() if line.strip()]
@@ -226,31 +251,33 @@ def finished_runs(arm_dir: Path) -> Dict[int, Dict[str, Any]]:
     return runs
 
 
-SHARED_INPUTS = ("max_steps", "train", "dev")
+SHARED_INPUTS = ("max_steps", "train", "dev", "overrides")
 """What the two arms of every compared seed must share: the config and the biLM are what differ."""
 
 
 def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]]) -> List[int]:
-    """The seeds whose two runs were trained with the same step budget and data (the arms
-    differ only by their config and biLM); refuses runs of several budgets or data sets,
-    whose figures a mean over seeds would mix."""
+    """The seeds whose two runs were trained with the same step budget, data and overrides
+    (the arms differ only by their config and biLM); refuses runs of several budgets, data
+    sets or overrides, whose figures a mean over seeds would mix."""
     seeds: List[int] = []
     left_out: List[int] = []
     for seed in sorted(base.keys() & elmo.keys()):
         (seeds if shared_inputs(base[seed]) == shared_inputs(elmo[seed]) else left_out).append(seed)
     if left_out:
-        typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets or data")
+        typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets, data or overrides")
     settings = {shared_inputs(base[seed]) for seed in seeds}
     if len(settings) > 1:
-        budgets = sorted({dict(setting)["max_steps"] for setting in settings})
+        budgets = sorted({json.loads(dict(setting)["max_steps"]) for setting in settings})
         raise typer.BadParameter(
-            f"the seeds {seeds} were trained with {len(settings)} different step budgets or data sets (steps: {budgets}): give each its own output folder"
+            f"the seeds {seeds} were trained with {len(settings)} different step budgets, data sets or overrides (steps: {budgets}): "
+            "give each its own output folder"
         )
     return seeds
 
 
-def shared_inputs(record: Dict[str, Any]) -> Tuple[Tuple[str, Any], ...]:
-    return tuple((key, record["inputs"].get(key)) for key in SHARED_INPUTS)
+def shared_inputs(record: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
+    """The run's SHARED_INPUTS, each as JSON (hashable, whatever its type)."""
+    return tuple((key, json.dumps(record["inputs"].get(key), sort_keys=True)) for key in SHARED_INPUTS)
 
 
 def scores_on_test_set(model: Path, test_path: Path, test_set: str, scores: Path) -> Dict[str, Any]:

@@ -185,3 +185,21 @@ def test_ud_sample_feeds_the_twins_in_a_folder_of_their_own(tmp_path, tiny_model
     assert len(DocBin().from_disk(project / sample)) == 25
     dry = project_run(project, "downstream-train", "--dry", *variables, "--vars.downstream_train", sample, "--vars.downstream_dir", "training/downstream-25")
     assert f"training/downstream-25 --bilm {tiny_model_dir}" in dry and f"--train {sample} --dev" in dry
+
+
+def test_a_run_trains_with_the_overrides_it_is_given(tmp_path):
+    """`--set` reaches spaCy's training: the saved pipeline has the overridden width."""
+    ud_dir = toy_treebank(tmp_path / "ud", sentences=(20, 5, 5))
+    for split in ("train", "dev"):
+        convert = [sys.executable, "-m", "spacy", "convert", str(ud_dir / f"en_ewt-ud-{split}.conllu"), str(ud_dir), "--converter", "conllu"]
+        subprocess.run(convert, check=True, capture_output=True, timeout=300)
+    run_dir = tmp_path / "run"
+    command = [sys.executable, str(REPO / "scripts" / "downstream.py"), "run", str(REPO / "configs" / "ud-base.cfg"), str(run_dir)]
+    command += ["--seed", "0", "--max-steps", "2", "--train", str(ud_dir / "en_ewt-ud-train.spacy"), "--dev", str(ud_dir / "en_ewt-ud-dev.spacy")]
+    subprocess.run([*command, "--set", "components.tok2vec.model.encode.width=32"], check=True, capture_output=True, timeout=600)
+
+    nlp = spacy.load(run_dir / "model-last")
+    assert nlp.config["components"]["tok2vec"]["model"]["encode"]["width"] == 32
+    assert nlp.get_pipe("tok2vec").model.get_dim("nO") == 32
+    assert nlp.get_pipe("tagger").model.get_ref("tok2vec").get_dim("nO") == 32
+    assert json.loads((run_dir / "run.json").read_text())["max_steps"] == 2

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import statistics
 import types
+from pathlib import Path
 
 import pytest
 import spacy
@@ -44,13 +45,15 @@ def evaluations(downstream, monkeypatch):
     return called
 
 
-def make_run(folder, seed, accuracy, max_steps=2500, train="train-a", inputs=True):
+def make_run(folder, seed, accuracy, max_steps=2500, train="train-a", inputs=True, overrides=None):
     run_dir = folder / f"seed{seed}"
     (run_dir / "model-best").mkdir(parents=True)
     (run_dir / "model-best" / "accuracy").write_text(str(accuracy))
     record = {"seed": seed, "max_steps": max_steps, "train_seconds": 10.0, "peak_rss_mb": 100.0, "epochs": []}
     if inputs:
         record["inputs"] = {"config": "c", "seed": seed, "max_steps": max_steps, "train": train, "dev": "dev-a"}
+        if overrides:
+            record["inputs"]["overrides"] = overrides
     (run_dir / "run.json").write_text(json.dumps(record))
 
 
@@ -112,14 +115,29 @@ def test_evaluate_compares_only_seeds_whose_arms_share_budget_and_data(downstrea
     make_run(tmp_path / "elmo", 1, 0.99)
     make_run(tmp_path / "base", 2, 0.90)
     make_run(tmp_path / "elmo", 2, 0.99, inputs=False)  # interrupted: train never recorded its inputs
+    make_run(tmp_path / "base", 3, 0.90)
+    make_run(tmp_path / "elmo", 3, 0.99, overrides={"components.tok2vec.model.encode.width": 192})
 
     result, metrics = evaluate(downstream, tmp_path, test_set)
 
     assert result.exit_code == 0, result.output
-    assert "left out: seeds [1]" in result.output
+    assert "left out: seeds [1, 3]" in result.output
     assert [run["seed"] for run in metrics["runs"]["elmo"]] == [0]
     assert metrics["summary"]["relative_error_reduction"]["tag_acc"] == pytest.approx(0.5)
     assert len(evaluations) == 2  # only the compared runs are scored
+
+
+def test_evaluate_compares_seeds_whose_arms_share_the_same_overrides(downstream, evaluations, tmp_path, test_set):
+    wider = {"components.tok2vec.model.encode.width": 192}
+    for seed in (0, 1):
+        make_run(tmp_path / "base", seed, 0.90, overrides=wider)
+        make_run(tmp_path / "elmo", seed, 0.95, overrides=dict(wider))
+
+    result, metrics = evaluate(downstream, tmp_path, test_set)
+
+    assert result.exit_code == 0, result.output
+    assert [run["seed"] for run in metrics["runs"]["elmo"]] == [0, 1]
+    assert "left out" not in result.output
 
 
 def test_evaluate_refuses_to_average_seeds_of_different_budgets(downstream, evaluations, tmp_path, test_set):
@@ -131,7 +149,7 @@ def test_evaluate_refuses_to_average_seeds_of_different_budgets(downstream, eval
 
     assert result.exit_code != 0
     message = plain(result.output)
-    assert "different step budgets or data" in message and "[2500, 5000]" in message
+    assert "different step budgets, data sets or overrides" in message and "[2500, 5000]" in message
 
 
 def test_evaluate_scores_again_only_for_another_test_set_or_a_newer_model(downstream, evaluations, tmp_path, test_set):
@@ -148,3 +166,63 @@ def test_evaluate_scores_again_only_for_another_test_set_or_a_newer_model(downst
     _, metrics = evaluate(downstream, tmp_path, test_set)
     assert len(evaluations) == 4
     assert metrics["runs"]["elmo"][0]["tag_acc"] == pytest.approx(0.98)
+
+
+@pytest.fixture
+def twin_inputs(tmp_path):
+    """Stand-ins for the two configs, the data and the biLM that `train` fingerprints."""
+    for name in ("base.cfg", "elmo.cfg", "train.spacy", "dev.spacy"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "bilm").mkdir()
+    (tmp_path / "bilm" / "weights").write_text("bilm")
+    return tmp_path
+
+
+def train(downstream, monkeypatch, folder, *options):
+    """`train` two seeds with each run's process replaced by one that writes its run.json;
+    returns the runs' command lines."""
+    commands = []
+
+    def run(command):
+        run_dir = Path(command[command.index("run") + 2])
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps({"seed": int(command[command.index("--seed") + 1])}))
+        commands.append(command)
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(downstream, "subprocess", types.SimpleNamespace(run=run))
+    arguments = ["train", str(folder / "base.cfg"), str(folder / "elmo.cfg"), str(folder / "runs"), "--bilm", str(folder / "bilm")]
+    arguments += ["--train", str(folder / "train.spacy"), "--dev", str(folder / "dev.spacy"), "--seeds", "0,1", *options]
+    result = CliRunner().invoke(downstream.app, arguments)
+    assert result.exit_code == 0, result.output
+    return commands
+
+
+def test_train_gives_both_arms_the_same_overrides_and_records_them(downstream, monkeypatch, twin_inputs):
+    width = "components.tok2vec.model.encode.width=192"
+    commands = train(downstream, monkeypatch, twin_inputs, "--set", width, "--set", "components.tagger.label_smoothing=0.1")
+
+    assert len(commands) == 4  # base and elmo, seeds 0 and 1
+    for command in commands:
+        assert command[command.index("--set") :][:4] == ["--set", width, "--set", "components.tagger.label_smoothing=0.1"]
+    for arm in ("base", "elmo"):
+        inputs = json.loads((twin_inputs / "runs" / arm / "seed1" / "run.json").read_text())["inputs"]
+        assert inputs["overrides"] == {"components.tok2vec.model.encode.width": 192, "components.tagger.label_smoothing": 0.1}
+
+    assert train(downstream, monkeypatch, twin_inputs, "--set", width, "--set", "components.tagger.label_smoothing=0.1") == []
+    again = train(downstream, monkeypatch, twin_inputs, "--set", "components.tok2vec.model.encode.width=256")
+    assert len(again) == 4  # other overrides: every run is trained again
+    without = train(downstream, monkeypatch, twin_inputs)
+    assert len(without) == 4 and "--set" not in without[0]
+    assert "overrides" not in json.loads((twin_inputs / "runs" / "base" / "seed0" / "run.json").read_text())["inputs"]
+
+
+@pytest.mark.parametrize("item", ["components.tok2vec.model.encode.width", "=192", "components.elmo.layer_cache=never"])
+def test_train_refuses_an_override_that_is_not_key_equals_json(downstream, twin_inputs, item):
+    arguments = ["train", str(twin_inputs / "base.cfg"), str(twin_inputs / "elmo.cfg"), str(twin_inputs / "runs"), "--bilm", str(twin_inputs / "bilm")]
+    arguments += ["--train", str(twin_inputs / "train.spacy"), "--dev", str(twin_inputs / "dev.spacy"), "--set", item]
+
+    result = CliRunner().invoke(downstream.app, arguments)
+
+    assert result.exit_code != 0
+    assert "--set takes KEY=VALUE with VALUE in JSON" in plain(result.output) and not (twin_inputs / "runs").exists()
