@@ -178,6 +178,12 @@ def twin_inputs(tmp_path):
     return tmp_path
 
 
+def train_arguments(folder, *options):
+    """`train`'s command line on the stand-ins of `twin_inputs`, seeds 0 and 1."""
+    arguments = ["train", str(folder / "base.cfg"), str(folder / "elmo.cfg"), str(folder / "runs"), "--bilm", str(folder / "bilm")]
+    return arguments + ["--train", str(folder / "train.spacy"), "--dev", str(folder / "dev.spacy"), "--seeds", "0,1", *options]
+
+
 def train(downstream, monkeypatch, folder, *options):
     """`train` two seeds with each run's process replaced by one that writes its run.json;
     returns the runs' command lines."""
@@ -191,9 +197,7 @@ def train(downstream, monkeypatch, folder, *options):
         return types.SimpleNamespace(returncode=0)
 
     monkeypatch.setattr(downstream, "subprocess", types.SimpleNamespace(run=run))
-    arguments = ["train", str(folder / "base.cfg"), str(folder / "elmo.cfg"), str(folder / "runs"), "--bilm", str(folder / "bilm")]
-    arguments += ["--train", str(folder / "train.spacy"), "--dev", str(folder / "dev.spacy"), "--seeds", "0,1", *options]
-    result = CliRunner().invoke(downstream.app, arguments)
+    result = CliRunner().invoke(downstream.app, train_arguments(folder, *options))
     assert result.exit_code == 0, result.output
     return commands
 
@@ -219,10 +223,7 @@ def test_train_gives_both_arms_the_same_overrides_and_records_them(downstream, m
 
 @pytest.mark.parametrize("item", ["components.tok2vec.model.encode.width", "=192", "components.elmo.layer_cache=never"])
 def test_train_refuses_an_override_that_is_not_key_equals_json(downstream, twin_inputs, item):
-    arguments = ["train", str(twin_inputs / "base.cfg"), str(twin_inputs / "elmo.cfg"), str(twin_inputs / "runs"), "--bilm", str(twin_inputs / "bilm")]
-    arguments += ["--train", str(twin_inputs / "train.spacy"), "--dev", str(twin_inputs / "dev.spacy"), "--set", item]
-
-    result = CliRunner().invoke(downstream.app, arguments)
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--set", item))
 
     assert result.exit_code != 0
     assert "--set takes KEY=VALUE with VALUE in JSON" in plain(result.output) and not (twin_inputs / "runs").exists()
