@@ -265,11 +265,11 @@ def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]
         (seeds if shared_inputs(base[seed]) == shared_inputs(elmo[seed]) else left_out).append(seed)
     if left_out:
         typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets, data or overrides")
-    settings = {shared_inputs(base[seed]) for seed in seeds}
-    if len(settings) > 1:
-        budgets = sorted({json.loads(dict(setting)["max_steps"]) for setting in settings})
+    distinct = {shared_inputs(base[seed]) for seed in seeds}
+    if len(distinct) > 1:
+        budgets = sorted({json.loads(dict(shared)["max_steps"]) for shared in distinct})
         raise typer.BadParameter(
-            f"the seeds {seeds} were trained with {len(settings)} different step budgets, data sets or overrides (steps: {budgets}): "
+            f"the seeds {seeds} were trained with {len(distinct)} different step budgets, data sets or overrides (steps: {budgets}): "
             "give each its own output folder"
         )
     return seeds
