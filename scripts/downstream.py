@@ -13,7 +13,8 @@ default, names the folder so that the runs of several biLMs share one baseline).
 trains in a process of its own with `spacy train`'s loop, the two arms with identical
 overrides (seed, step budget, data, and a callback that logs epoch times and peak RSS). A
 run that finished with the same inputs is not trained again, so an interrupted `train`
-continues with the next unfinished run (an interrupted run restarts). `--set KEY=VALUE`
+continues with the next unfinished run (an interrupted run restarts); `--arms base` and
+`--arms elmo` in two processes train one seed's arms side by side. `--set KEY=VALUE`
 overrides both arms' configs alike (a wider tok2vec for both, say) and is one of the
 inputs: give each setting an OUTPUT_DIR of its own, or its base runs replace the others.
 """
@@ -113,16 +114,21 @@ def train(
         help="KEY=VALUE override of both arms' configs (VALUE in JSON), e.g. components.tok2vec.model.encode.width=192; "
         "the base runs of OUTPUT_DIR are trained again for other overrides, so give each setting its own OUTPUT_DIR",
     ),
+    arms: str = typer.Option(
+        "base,elmo",
+        help="Comma-separated arms to train: 'base', 'elmo' or both; two processes with --arms base and --arms elmo train one seed's twins side by side",
+    ),
 ) -> None:
     """Train every (arm, seed) run not yet finished with these inputs."""
     seed_list = parse_seeds(seeds)
+    arm_list = parse_arms(arms)
     settings = parse_settings(setting)
     for path in (base_config, elmo_config, train_path, dev_path, bilm):
         if not path.exists():
             raise typer.BadParameter(f"{path} not found")
     configs = {"base": base_config, "elmo": elmo_config}
     folders = arm_folders(elmo_arm)
-    runs = [(arm, seed) for seed in seed_list for arm in ARMS]
+    runs = [(arm, seed) for seed in seed_list for arm in arm_list]
     for number, (arm, seed) in enumerate(runs, start=1):
         run_dir = output_dir / folders[arm] / f"seed{seed}"
         arm_bilm = bilm if arm == "elmo" else None
@@ -321,6 +327,14 @@ def arm_folders(elmo_arm: str) -> Dict[str, str]:
     if not elmo_arm or elmo_arm == "base" or "/" in elmo_arm:
         raise typer.BadParameter(f"--elmo-arm must be a folder name other than 'base', got {elmo_arm!r}")
     return {"base": "base", "elmo": elmo_arm}
+
+
+def parse_arms(arms: str) -> List[str]:
+    """`--arms` as a list in the order of ARMS."""
+    chosen = {a.strip() for a in arms.split(",") if a.strip()}
+    if not chosen or not chosen <= set(ARMS):
+        raise typer.BadParameter(f"--arms must list 'base', 'elmo' or both, comma-separated, got {arms!r}")
+    return [arm for arm in ARMS if arm in chosen]
 
 
 def parse_seeds(seeds: str) -> List[int]:

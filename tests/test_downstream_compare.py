@@ -227,3 +227,21 @@ def test_train_refuses_an_override_that_is_not_key_equals_json(downstream, twin_
 
     assert result.exit_code != 0
     assert "--set takes KEY=VALUE with VALUE in JSON" in plain(result.output) and not (twin_inputs / "runs").exists()
+
+
+def test_train_arms_trains_one_arm_whose_runs_a_full_train_then_skips(downstream, monkeypatch, twin_inputs):
+    elmo_only = train(downstream, monkeypatch, twin_inputs, "--arms", "elmo")
+
+    assert [Path(command[command.index("run") + 2]).parent.name for command in elmo_only] == ["elmo", "elmo"]
+    assert not (twin_inputs / "runs" / "base").exists()
+    rest = train(downstream, monkeypatch, twin_inputs)
+    assert [Path(command[command.index("run") + 2]).parent.name for command in rest] == ["base", "base"]
+    assert train(downstream, monkeypatch, twin_inputs, "--arms", "base,elmo") == []
+
+
+@pytest.mark.parametrize("arms", ["", "elmo,tagger", "Base"])
+def test_train_refuses_arms_other_than_base_and_elmo(downstream, twin_inputs, arms):
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--arms", arms))
+
+    assert result.exit_code != 0
+    assert "--arms must list 'base', 'elmo' or both" in plain(result.output) and not (twin_inputs / "runs").exists()
