@@ -184,13 +184,18 @@ def train_arguments(folder, *options):
     return arguments + ["--train", str(folder / "train.spacy"), "--dev", str(folder / "dev.spacy"), "--seeds", "0,1", *options]
 
 
+def run_dir_of(command):
+    """The run folder a `downstream.py run` command line trains into."""
+    return Path(command[command.index("run") + 2])
+
+
 def train(downstream, monkeypatch, folder, *options):
     """`train` two seeds with each run's process replaced by one that writes its run.json;
     returns the runs' command lines."""
     commands = []
 
     def run(command):
-        run_dir = Path(command[command.index("run") + 2])
+        run_dir = run_dir_of(command)
         run_dir.mkdir(parents=True)
         (run_dir / "run.json").write_text(json.dumps({"seed": int(command[command.index("--seed") + 1])}))
         commands.append(command)
@@ -232,10 +237,10 @@ def test_train_refuses_an_override_that_is_not_key_equals_json(downstream, twin_
 def test_train_arms_trains_one_arm_whose_runs_a_full_train_then_skips(downstream, monkeypatch, twin_inputs):
     elmo_only = train(downstream, monkeypatch, twin_inputs, "--arms", "elmo")
 
-    assert [Path(command[command.index("run") + 2]).parent.name for command in elmo_only] == ["elmo", "elmo"]
+    assert [run_dir_of(command).parent.name for command in elmo_only] == ["elmo", "elmo"]
     assert not (twin_inputs / "runs" / "base").exists()
     rest = train(downstream, monkeypatch, twin_inputs)
-    assert [Path(command[command.index("run") + 2]).parent.name for command in rest] == ["base", "base"]
+    assert [run_dir_of(command).parent.name for command in rest] == ["base", "base"]
     assert train(downstream, monkeypatch, twin_inputs, "--arms", "base,elmo") == []
 
 
