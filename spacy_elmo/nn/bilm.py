@@ -57,11 +57,13 @@ class LSTMStack(nn.Module):
         batch_sizes: List[int],
         state: Optional[List[LSTMState]] = None,
         dropout: float = 0.0,
+        weight_drop: float = 0.0,
     ) -> Tuple[List[torch.Tensor], List[LSTMState]]:
         """(batch, time, P) sorted by length -> n_layers outputs (batch, time, P) and each
         layer's final (h, c). `dropout` (training) applies to each layer's input, and the
-        residual adds the dropped input, as bilm-tf's DropoutWrapper(ResidualWrapper(cell))."""
-        return run_stacks([self], [inputs], batch_sizes, [state], dropout)[0]
+        residual adds the dropped input, as bilm-tf's DropoutWrapper(ResidualWrapper(cell));
+        `weight_drop` (training) to each layer's recurrent weights (`run_layers`)."""
+        return run_stacks([self], [inputs], batch_sizes, [state], dropout, weight_drop)[0]
 
 
 def run_stacks(
@@ -70,6 +72,7 @@ def run_stacks(
     batch_sizes: List[int],
     states: Sequence[Optional[List[LSTMState]]],
     dropout: float = 0.0,
+    weight_drop: float = 0.0,
 ) -> List[Tuple[List[torch.Tensor], List[LSTMState]]]:
     """`LSTMStack.forward` of each stack over its own input, with the same packing, layer
     by layer: in training the layer of every stack runs in one time loop (`run_layers`).
@@ -82,7 +85,7 @@ def run_stacks(
         layer_inputs = [nn.functional.dropout(x, dropout) if dropout else x for x in xs]
         layers = [cast(ProjectedLSTM, stack.layers[index]) for stack in stacks]
         layer_states = [state[index] if state is not None else None for state in states]
-        for direction, (y, final) in enumerate(run_layers(layers, layer_inputs, batch_sizes, layer_states)):
+        for direction, (y, final) in enumerate(run_layers(layers, layer_inputs, batch_sizes, layer_states, weight_drop)):
             if stacks[direction].use_skip_connections and index > 0:
                 y = y + layer_inputs[direction]
             results[direction][0].append(y)
@@ -213,15 +216,18 @@ class BiLM(nn.Module):
         layers = layers * mask.unsqueeze(0).unsqueeze(-1)
         return BiLMOutput(layers[:, run.restore], mask[run.restore], run.final_state)
 
-    def top_states(self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
+    def top_states(
+        self, input_ids: torch.Tensor, lengths: Union[torch.Tensor, Sequence[int]], dropout: float = 0.0, weight_drop: float = 0.0
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """For language-model training: the top forward and backward outputs over each
         framed sentence (<S> tokens </S>), both (batch, time + 2, P) in input row order,
         position j of a row of length n holding <S> at 0, its tokens at 1..n, </S> at n + 1.
-        `dropout` applies to every LSTM layer's input."""
+        `dropout` applies to every LSTM layer's input, `weight_drop` to every layer's
+        recurrent weights (`run_layers`)."""
         lengths = self._check_lengths(lengths, input_ids.shape[0], input_ids.shape[1], input_ids.device)
         if input_ids.shape[1] == 0:
             raise ValueError("top_states needs at least one token per sentence")
-        run = self._run_stacks(self._encode_tokens(input_ids, lengths), lengths, None, None, dropout)
+        run = self._run_stacks(self._encode_tokens(input_ids, lengths), lengths, None, None, dropout, weight_drop)
         return run.forward_layers[-1][run.restore], run.backward_layers[-1][run.restore]
 
     def _encode_tokens(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -238,6 +244,7 @@ class BiLM(nn.Module):
         state: Optional[BiLMState],
         boundaries: Optional[torch.Tensor],
         dropout: float = 0.0,
+        weight_drop: float = 0.0,
     ) -> "_StackRun":
         """Frame each sentence with <S> and </S>, sort rows by length, run both stacks."""
         batch, time = tokens.shape[:2]
@@ -263,6 +270,7 @@ class BiLM(nn.Module):
             batch_sizes,
             [sorted_state[0], sorted_state[1]] if sorted_state else [None, None],
             dropout,
+            weight_drop,
         )
         backward_layers = [reverse_within_length(y, framed_lengths) for y in backward_layers]
         final = [[(h[restore], c[restore]) for h, c in finals] for finals in (forward_final, backward_final)]

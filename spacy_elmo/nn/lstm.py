@@ -165,24 +165,34 @@ def _unpacked(packed: torch.Tensor, rows: torch.Tensor, batch: int, time: int) -
 
 
 def run_layers(
-    layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
+    layers: Sequence[ProjectedLSTM],
+    inputs: Sequence[torch.Tensor],
+    batch_sizes: List[int],
+    states: Sequence[Optional[LSTMState]],
+    weight_drop: float = 0.0,
 ) -> List[Tuple[torch.Tensor, LSTMState]]:
     """Each of `layers` (same shapes and clips) over its own input with the same packing,
     as `layer(inputs, batch_sizes, state)` each: with autograd recording (training) in
     one time loop whose products are batched over the layers (`_TrainingTimeLoop`), else
-    one after the other."""
+    one after the other. `weight_drop` (the training loop only) zeroes that share of each
+    layer's recurrent weights, one mask for the whole batch and every step (DropConnect,
+    as in Merity et al.'s AWD-LSTM), the rest scaled up to keep their expectation."""
     settings = {
         (type(layer), layer.input_dim, layer.cell_dim, layer.output_dim, layer.projection is None, layer.cell_clip, layer.proj_clip) for layer in layers
     }
     if len(settings) > 1:
         raise ValueError(f"layers run together need the same kind, shapes and clips, got {sorted(settings, key=str)}")
     if torch.is_grad_enabled() and layers[0].differentiable:
-        return _run_in_one_loop(layers, inputs, batch_sizes, states)
+        return _run_in_one_loop(layers, inputs, batch_sizes, states, weight_drop)
     return [layer(x, batch_sizes, state) for layer, x, state in zip(layers, inputs, states)]
 
 
 def _run_in_one_loop(
-    layers: Sequence[ProjectedLSTM], inputs: Sequence[torch.Tensor], batch_sizes: List[int], states: Sequence[Optional[LSTMState]]
+    layers: Sequence[ProjectedLSTM],
+    inputs: Sequence[torch.Tensor],
+    batch_sizes: List[int],
+    states: Sequence[Optional[LSTMState]],
+    weight_drop: float = 0.0,
 ) -> List[Tuple[torch.Tensor, LSTMState]]:
     """The differentiable pass of `run_layers`: the input products over a recurring row
     count (`shapes`), batched over the layers, then one `_TrainingTimeLoop`."""
@@ -191,6 +201,8 @@ def _run_in_one_loop(
     rows = packed_rows(batch_sizes, batch, device)
     selected = repeat_first_row(rows, product_rows(len(rows), device))
     input_weights, recurrent_ts, biases = (torch.stack(weights) for weights in zip(*(layer._gate_weights() for layer in layers)))
+    if weight_drop:
+        recurrent_ts = nn.functional.dropout(recurrent_ts, weight_drop)
     packed_inputs = torch.stack([_packed(x, selected) for x in inputs])  # (D, padded rows, in)
     input_gates = torch.baddbmm(biases.unsqueeze(1), packed_inputs, input_weights.transpose(1, 2))  # (D, padded rows, 4H)
     projections: List[torch.Tensor] = [layer.projection for layer in layers if layer.projection is not None]  # all or none

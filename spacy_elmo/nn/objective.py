@@ -27,14 +27,18 @@ class BiLMObjective(nn.Module):
     """The biLM and its shared softmax head.
 
     In training mode, `dropout` applies to every LSTM layer's input and to the top
-    states before the softmax, as in bilm-tf. Both directions go through one head call,
-    so a sampled head draws one set of negatives for both (bilm-tf draws one per direction)."""
+    states before the softmax, as in bilm-tf, and `weight_drop` to every LSTM layer's
+    recurrent weights (one mask per batch, `run_layers`). Both directions go through one
+    head call, so a sampled head draws one set of negatives for both (bilm-tf draws one
+    per direction)."""
 
-    def __init__(self, bilm: BiLM, head: FullSoftmax, dropout: float = 0.0) -> None:
+    def __init__(self, bilm: BiLM, head: FullSoftmax, dropout: float = 0.0, weight_drop: float = 0.0) -> None:
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        for name, rate in (("dropout", dropout), ("weight_drop", weight_drop)):
+            if not 0.0 <= rate < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {rate}")
         self.dropout = dropout
+        self.weight_drop = weight_drop
         if head.weight.shape[1] != bilm.config.projection_dim:
             raise ValueError(f"the softmax takes width {head.weight.shape[1]}, the biLM gives {bilm.config.projection_dim}")
         self.bilm = bilm
@@ -46,7 +50,8 @@ class BiLMObjective(nn.Module):
         (any value past a row's length)."""
         lengths = torch.as_tensor(lengths, dtype=torch.long, device=input_ids.device)
         dropout = self.dropout if self.training else 0.0
-        forward_top, backward_top = self.bilm.top_states(input_ids, lengths, dropout)
+        weight_drop = self.weight_drop if self.training else 0.0
+        forward_top, backward_top = self.bilm.top_states(input_ids, lengths, dropout, weight_drop)
         if dropout:
             forward_top = nn.functional.dropout(forward_top, dropout)
             backward_top = nn.functional.dropout(backward_top, dropout)

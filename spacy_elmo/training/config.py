@@ -121,6 +121,9 @@ class BatchingSettings:
 class TrainingSettings:
     seed: Int = 0
     dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1
+    """Share of every LSTM layer's input and of the top states dropped (bilm-tf's dropout)."""
+    weight_drop: Annotated[Number, Field(ge=0, lt=1)] = 0.0
+    """Share of every LSTM layer's recurrent weights dropped, one mask per batch (0: off)."""
     grad_clip: Annotated[Number, Field(ge=0)] = 10.0
     """Gradient-norm clipping threshold (0: none)."""
     max_steps: Annotated[NotNegative, RESUMABLE] = 0

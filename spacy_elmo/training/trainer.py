@@ -92,7 +92,7 @@ def build_objective(config: PretrainConfig, vocab: Vocabulary, bilm: Optional[Bi
     head = FullSoftmax(dim, size) if config.head.type == "full" else SampledSoftmax(dim, size, config.head.n_samples)
     if config.head.bias_init == "log_uniform":
         head.start_at_log_uniform()
-    return BiLMObjective(bilm, head, config.training.dropout)
+    return BiLMObjective(bilm, head, config.training.dropout, config.training.weight_drop)
 
 
 class Trainer:

@@ -456,3 +456,46 @@ def test_layers_of_other_shapes_or_clips_are_not_trained_in_one_loop():
     for grad in (True, False):
         with torch.set_grad_enabled(grad), pytest.raises(ValueError, match="same kind, shapes and clips"):
             run_layers(layers, [x, x], [2, 2, 1], [None, None])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["fp64", "fp32 (the compiled loop where built)"])
+def test_weight_drop_trains_the_layers_with_their_recurrent_weights_masked(dtype):
+    """`weight_drop` in the training loop: the same outputs and gradients as training
+    copies of the layers whose recurrent weights are zeroed by one mask for the whole
+    batch and every step and the rest scaled by 1 / (1 - rate) (the recurrent weights'
+    gradients are the copies' times that mask); without autograd it changes nothing."""
+    from spacy_elmo.nn.lstm import run_layers
+
+    rate = 0.4
+    layers = [make_lstm(seed, projection=PROJ).to(dtype) for seed in (21, 22)]
+    lengths = [5, 4, 2]
+    batch_sizes = lengths_to_batch_sizes(lengths, 5)
+    generator = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(3, 5, INPUT, generator=generator, dtype=dtype) for _ in layers]
+    torch.manual_seed(7)  # the mask `run_layers` draws: dropout of its stacked (D, P, 4H) recurrent weights
+    kept = torch.nn.functional.dropout(torch.ones(2, PROJ, 4 * CELL, dtype=dtype), rate)
+    assert 0 < int((kept == 0).sum()) < kept.numel()
+    masked = [make_lstm(seed, projection=PROJ).to(dtype) for seed in (21, 22)]
+    with torch.no_grad():
+        for copy, mask in zip(masked, kept):
+            copy.recurrent_weight.mul_(mask.t())
+    tolerance = dict(rtol=1e-10, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-6)
+    results = []
+    for run_with, drop in ((layers, rate), (masked, 0.0)):
+        torch.manual_seed(7)
+        leaves = [x.clone().requires_grad_(True) for x in inputs]
+        runs = run_layers(run_with, leaves, batch_sizes, [None, None], weight_drop=drop)
+        sum((out * (index + 1)).sum() + h.sum() for index, (out, (h, _)) in enumerate(runs)).backward()
+        results.append(([out.detach() for out, _ in runs], [leaf.grad for leaf in leaves], [dict(layer.named_parameters()) for layer in run_with]))
+    (dropped_out, dropped_grads, dropped_params), (masked_out, masked_grads, masked_params) = results
+    for ours, reference in zip(dropped_out + dropped_grads, masked_out + masked_grads):
+        torch.testing.assert_close(ours, reference, **tolerance)
+    for ours, reference, mask in zip(dropped_params, masked_params, kept):
+        for name in ("input_weight", "bias", "projection"):
+            torch.testing.assert_close(ours[name].grad, reference[name].grad, **tolerance)
+        torch.testing.assert_close(ours["recurrent_weight"].grad, reference["recurrent_weight"].grad * mask.t(), **tolerance)
+    with torch.no_grad():
+        plain = run_layers(layers, inputs, batch_sizes, [None, None])
+        dropped = run_layers(layers, inputs, batch_sizes, [None, None], weight_drop=rate)
+    for (ours, _), (reference, _) in zip(dropped, plain):
+        torch.testing.assert_close(ours, reference, rtol=0, atol=0)

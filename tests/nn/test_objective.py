@@ -79,22 +79,25 @@ def test_a_tiny_model_learns_its_text():
     assert perplexity < math.exp(first) / 3
 
 
-def test_dropout_acts_in_training_only():
+@pytest.mark.parametrize("kind", ["dropout", "weight_drop"])
+def test_dropout_acts_in_training_only(kind):
+    """Either kind changes the loss from batch to batch in training mode, and not at all in
+    eval mode. (Weight drop acts in the differentiable training loop: with autograd on.)"""
     torch.manual_seed(2)
     bilm = random_bilm()
     ids, lengths, token_ids = batch(SENTENCES)
-    objective = BiLMObjective(bilm, FullSoftmax(bilm.config.projection_dim, len(VOCAB)), dropout=0.5)
+    objective = BiLMObjective(bilm, FullSoftmax(bilm.config.projection_dim, len(VOCAB)), **{kind: 0.5})
     plain = BiLMObjective(bilm, objective.head)
-    with torch.no_grad():
-        exact = plain(ids, lengths, token_ids).loss
-        objective.eval()
-        assert torch.equal(objective(ids, lengths, token_ids).loss, exact)
-        objective.train()
-        first, second = objective(ids, lengths, token_ids).loss, objective(ids, lengths, token_ids).loss
+    exact = plain(ids, lengths, token_ids).loss.detach()
+    objective.eval()
+    assert torch.equal(objective(ids, lengths, token_ids).loss.detach(), exact)
+    objective.train()
+    first, second = (objective(ids, lengths, token_ids).loss.detach() for _ in range(2))
     assert not torch.equal(first, exact) and not torch.equal(first, second)
 
 
-def test_dropout_out_of_range_is_refused():
+@pytest.mark.parametrize("kind", ["dropout", "weight_drop"])
+def test_dropout_out_of_range_is_refused(kind):
     bilm = random_bilm()
-    with pytest.raises(ValueError, match="dropout"):
-        BiLMObjective(bilm, FullSoftmax(bilm.config.projection_dim, 5), dropout=1.0)
+    with pytest.raises(ValueError, match=kind):
+        BiLMObjective(bilm, FullSoftmax(bilm.config.projection_dim, 5), **{kind: 1.0})

@@ -58,6 +58,7 @@ def test_an_out_of_range_value_in_each_section_is_named(section):
     "overrides, message",
     [
         ({"training.dropout": 1.5}, "\\[training\\] dropout = 1.5: Input should be less than 1"),
+        ({"training.weight_drop": -0.1}, "\\[training\\] weight_drop = -0.1: Input should be greater than or equal to 0"),
         ({"training.max_steps": -1}, "\\[training\\] max_steps = -1: Input should be greater than or equal to 0"),
         ({"training.mixed_precision": 1}, "\\[training\\] mixed_precision = 1: Input should be true, false or 'auto'"),
         ({"head.type": "adaptive"}, "\\[head\\] type = 'adaptive': Input should be 'full' or 'sampled'"),
