@@ -16,7 +16,11 @@ run that finished with the same inputs is not trained again, so an interrupted `
 continues with the next unfinished run (an interrupted run restarts); `--arms base` and
 `--arms elmo` in two processes train one seed's arms side by side. `--set KEY=VALUE`
 overrides both arms' configs alike (a wider tok2vec for both, say) and is one of the
-inputs: give each setting an OUTPUT_DIR of its own, or its base runs replace the others.
+inputs. A run finished with other inputs (another biLM, data, budget or override) is never
+replaced unasked: `train` refuses before training anything, naming the runs and what
+differs; give each setting an OUTPUT_DIR (and each biLM an `--elmo-arm`) of its own, or
+pass `--replace`. `evaluate` compares only runs trained alike: within an arm every seed
+must share its inputs, and each seed's two arms their step budget, data and overrides.
 """
 
 import hashlib
@@ -53,14 +57,33 @@ def fingerprint(path: Path) -> str:
     return digest.hexdigest()
 
 
-def run_inputs(config: Path, seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], settings: Dict[str, Any]) -> Dict[str, Any]:
-    """What a run depends on: a finished run with the same inputs is not repeated."""
-    inputs = {"config": fingerprint(config), "seed": seed, "max_steps": max_steps, "train": fingerprint(train), "dev": fingerprint(dev)}
+def run_inputs(config: str, seed: int, max_steps: int, train: str, dev: str, bilm: Optional[str], settings: Dict[str, Any]) -> Dict[str, Any]:
+    """What a run depends on (the files as their `fingerprint`s): a finished run with the
+    same inputs is not repeated."""
+    inputs = {"config": config, "seed": seed, "max_steps": max_steps, "train": train, "dev": dev}
     if bilm is not None:
-        inputs["bilm"] = fingerprint(bilm)
+        inputs["bilm"] = bilm
     if settings:
         inputs["overrides"] = settings
     return inputs
+
+
+INPUT_NAMES = {
+    "config": "config",
+    "seed": "seed",
+    "max_steps": "step budget",
+    "train": "training data",
+    "dev": "dev data",
+    "bilm": "biLM",
+    "overrides": "--set overrides",
+}
+"""How messages name a run's inputs."""
+
+
+def differing_inputs(records: List[Dict[str, Any]], ignore: Tuple[str, ...] = ()) -> List[str]:
+    """The inputs (INPUT_NAMES keys) on which the runs' recorded inputs do not all agree."""
+    keys = {key for record in records for key in record["inputs"]} - set(ignore)
+    return [key for key in INPUT_NAMES if key in keys and len({json.dumps(r["inputs"].get(key), sort_keys=True) for r in records}) > 1]
 
 
 def parse_settings(items: List[str]) -> Dict[str, Any]:
@@ -78,9 +101,11 @@ def parse_settings(items: List[str]) -> Dict[str, Any]:
     return settings
 
 
-def finished_with(run_dir: Path, inputs: Dict[str, Any]) -> bool:
+def finished_inputs(run_dir: Path) -> Optional[Dict[str, Any]]:
+    """The inputs of the run `train` finished in `run_dir`; None where there is none (never
+    started, or interrupted before `train` recorded them)."""
     path = run_dir / RUN_FILE
-    return path.is_file() and json.loads(path.read_text()).get("inputs") == inputs
+    return json.loads(path.read_text()).get("inputs") if path.is_file() else None
 
 
 def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], epochs_log: Path) -> Dict[str, Any]:
@@ -112,7 +137,10 @@ def train(
         [],
         "--set",
         help="KEY=VALUE override of both arms' configs (VALUE in JSON), e.g. components.tok2vec.model.encode.width=192; "
-        "the base runs of OUTPUT_DIR are trained again for other overrides, so give each setting its own OUTPUT_DIR",
+        "one of a run's inputs, so give each setting its own OUTPUT_DIR",
+    ),
+    replace: bool = typer.Option(
+        False, "--replace", help="Train again the runs of OUTPUT_DIR finished with other inputs (without it, train refuses to replace them)"
     ),
     arms: str = typer.Option(
         "base,elmo",
@@ -128,12 +156,17 @@ def train(
             raise typer.BadParameter(f"{path} not found")
     configs = {"base": base_config, "elmo": elmo_config}
     folders = arm_folders(elmo_arm)
-    runs = [(arm, seed) for seed in seed_list for arm in arm_list]
-    for number, (arm, seed) in enumerate(runs, start=1):
-        run_dir = output_dir / folders[arm] / f"seed{seed}"
-        arm_bilm = bilm if arm == "elmo" else None
-        inputs = run_inputs(configs[arm], seed, max_steps, train_path, dev_path, arm_bilm, settings)
-        if finished_with(run_dir, inputs):
+    digests = {path: fingerprint(path) for path in {base_config, elmo_config, train_path, dev_path, bilm}}
+    runs = []
+    for seed in seed_list:
+        for arm in arm_list:
+            arm_bilm = digests[bilm] if arm == "elmo" else None
+            inputs = run_inputs(digests[configs[arm]], seed, max_steps, digests[train_path], digests[dev_path], arm_bilm, settings)
+            runs.append((arm, seed, output_dir / folders[arm] / f"seed{seed}", inputs))
+    if not replace:
+        refuse_to_replace(runs)
+    for number, (arm, seed, run_dir, inputs) in enumerate(runs, start=1):
+        if finished_inputs(run_dir) == inputs:
             typer.echo(f"[{number}/{len(runs)}] {arm} seed {seed}: done before, skipped")
             continue
         typer.echo(f"[{number}/{len(runs)}] {arm} seed {seed}: training {max_steps} steps in {run_dir}")
@@ -153,8 +186,8 @@ def train(
             "--dev",
             str(dev_path),
         ]
-        if arm_bilm is not None:
-            command += ["--bilm", str(arm_bilm)]
+        if arm == "elmo":
+            command += ["--bilm", str(bilm)]
         for item in setting:
             command += ["--set", item]
         result = subprocess.run(command)
@@ -163,6 +196,23 @@ def train(
         record = json.loads((run_dir / RUN_FILE).read_text())
         record["inputs"] = inputs
         (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
+
+
+def refuse_to_replace(runs: List[Tuple[str, int, Path, Dict[str, Any]]]) -> None:
+    """Raise, naming each run and what differs, where a planned (arm, seed, run_dir, inputs)
+    run would replace one finished with other inputs."""
+    conflicts = []
+    for _, _, run_dir, inputs in runs:
+        finished = finished_inputs(run_dir)
+        if finished is not None and finished != inputs:
+            differing = differing_inputs([{"inputs": finished}, {"inputs": inputs}])
+            conflicts.append(f"{run_dir} (other {', '.join(INPUT_NAMES[key] for key in differing)})")
+    if conflicts:
+        raise typer.BadParameter(
+            "these runs were finished with other inputs and would be replaced: "
+            + "; ".join(conflicts)
+            + ". Give them an OUTPUT_DIR of their own (another biLM: an --elmo-arm of its own), or pass --replace to train them again"
+        )
 
 
 @app.command(hidden=True)
@@ -210,7 +260,7 @@ def evaluate(
         raise typer.BadParameter(f"{test_path} not found")
     folders = arm_folders(elmo_arm)
     finished = {arm: finished_runs(output_dir / folders[arm]) for arm in ARMS}
-    seeds = paired_seeds(finished["base"], finished["elmo"])
+    seeds = paired_seeds(finished["base"], finished["elmo"], folders)
     if not seeds:
         raise typer.BadParameter(f"{output_dir} holds no seed finished in both {folders['base']} and {folders['elmo']}: run `train` first")
     test_set = fingerprint(test_path)
@@ -221,6 +271,12 @@ def evaluate(
             run_dir = output_dir / folders[arm] / f"seed{seed}"
             record = finished[arm][seed]
             figures = scores_on_test_set(run_dir / "model-best", test_path, test_set, run_dir / SCORES_FILE)
+            missing = [metric for metric in METRICS if figures.get(metric) is None]
+            if missing:
+                raise typer.BadParameter(
+                    f"spacy evaluate gave no {', '.join(missing)} for {run_dir / 'model-best'} on {test_path}: the twins compare "
+                    "pipelines with a tagger, a morphologizer and a parser on a test set annotated for all three"
+                )
             arms[arm].append(
                 {
                     "seed": seed,
@@ -261,23 +317,26 @@ SHARED_INPUTS = ("max_steps", "train", "dev", "overrides")
 """What the two arms of every compared seed must share: the config and the biLM are what differ."""
 
 
-def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]]) -> List[int]:
+def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]], folders: Dict[str, str]) -> List[int]:
     """The seeds whose two runs were trained with the same step budget, data and overrides
-    (the arms differ only by their config and biLM); refuses runs of several budgets, data
-    sets or overrides, whose figures a mean over seeds would mix."""
+    (the arms differ only by their config and biLM), left-out seeds named; refuses where the
+    compared runs of one arm differ in anything but the seed (another biLM, config, budget,
+    data or overrides), whose figures a mean over seeds would mix."""
     seeds: List[int] = []
     left_out: List[int] = []
     for seed in sorted(base.keys() & elmo.keys()):
         (seeds if shared_inputs(base[seed]) == shared_inputs(elmo[seed]) else left_out).append(seed)
     if left_out:
         typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets, data or overrides")
-    distinct = {shared_inputs(base[seed]) for seed in seeds}
-    if len(distinct) > 1:
-        budgets = sorted({json.loads(dict(shared)["max_steps"]) for shared in distinct})
-        raise typer.BadParameter(
-            f"the seeds {seeds} were trained with {len(distinct)} different step budgets, data sets or overrides (steps: {budgets}): "
-            "give each its own output folder"
-        )
+    for arm, records in (("base", base), ("elmo", elmo)):
+        differing = differing_inputs([records[seed] for seed in seeds], ignore=("seed",))
+        if differing:
+            budgets = sorted({records[seed]["inputs"]["max_steps"] for seed in seeds})
+            raise typer.BadParameter(
+                f"the {folders[arm]} runs of seeds {seeds} differ in their {', '.join(INPUT_NAMES[key] for key in differing)} "
+                f"(step budgets: {budgets}), which a mean over seeds would mix: give each setting its own output folder "
+                "(and each biLM its own --elmo-arm)"
+            )
     return seeds
 
 

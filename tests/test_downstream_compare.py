@@ -45,13 +45,15 @@ def evaluations(downstream, monkeypatch):
     return called
 
 
-def make_run(folder, seed, accuracy, max_steps=2500, train="train-a", inputs=True, overrides=None):
+def make_run(folder, seed, accuracy, max_steps=2500, train="train-a", inputs=True, overrides=None, bilm=None):
     run_dir = folder / f"seed{seed}"
     (run_dir / "model-best").mkdir(parents=True)
     (run_dir / "model-best" / "accuracy").write_text(str(accuracy))
     record = {"seed": seed, "max_steps": max_steps, "train_seconds": 10.0, "peak_rss_mb": 100.0, "epochs": []}
     if inputs:
         record["inputs"] = {"config": "c", "seed": seed, "max_steps": max_steps, "train": train, "dev": "dev-a"}
+        if bilm:
+            record["inputs"]["bilm"] = bilm
         if overrides:
             record["inputs"]["overrides"] = overrides
     (run_dir / "run.json").write_text(json.dumps(record))
@@ -149,7 +151,34 @@ def test_evaluate_refuses_to_average_seeds_of_different_budgets(downstream, eval
 
     assert result.exit_code != 0
     message = plain(result.output)
-    assert "different step budgets, data sets or overrides" in message and "[2500, 5000]" in message
+    assert "the base runs of seeds [0, 1] differ in their step budget (step budgets: [2500, 5000])" in message
+
+
+def test_evaluate_refuses_to_average_seeds_of_one_arm_trained_with_different_bilms(downstream, evaluations, tmp_path, test_set):
+    for seed, bilm in ((0, "bilm-a"), (1, "bilm-a"), (2, "bilm-b")):  # seed 2 trained later with another biLM, same folder
+        make_run(tmp_path / "base", seed, 0.90)
+        make_run(tmp_path / "elmo", seed, 0.95, bilm=bilm)
+
+    result, _ = evaluate(downstream, tmp_path, test_set)
+
+    assert result.exit_code != 0
+    assert "the elmo runs of seeds [0, 1, 2] differ in their biLM" in plain(result.output)
+    assert evaluations == []  # refused before scoring anything
+
+
+def test_evaluate_refuses_a_pipeline_that_lacks_a_compared_metric(downstream, monkeypatch, tmp_path, test_set):
+    def tagger_only(command, check):  # spacy evaluate leaves out the scores of missing components
+        with open(command[command.index("--output") + 1], "w") as handle:
+            json.dump({"tag_acc": 0.9, "pos_acc": 0.9, "morph_acc": None, "speed": 1000.0}, handle)
+
+    monkeypatch.setattr(downstream, "subprocess", types.SimpleNamespace(run=tagger_only))
+    make_run(tmp_path / "base", 0, 0.90)
+    make_run(tmp_path / "elmo", 0, 0.95)
+
+    result, _ = evaluate(downstream, tmp_path, test_set)
+
+    assert result.exit_code != 0
+    assert "spacy evaluate gave no morph_acc, dep_uas, dep_las for" in plain(result.output)
 
 
 def test_evaluate_scores_again_only_for_another_test_set_or_a_newer_model(downstream, evaluations, tmp_path, test_set):
@@ -219,11 +248,37 @@ def test_train_gives_both_arms_the_same_overrides_and_records_them(downstream, m
         assert inputs["overrides"] == {"components.tok2vec.model.encode.width": 192, "components.tagger.label_smoothing": 0.1}
 
     assert train(downstream, monkeypatch, twin_inputs, "--set", width, "--set", "components.tagger.label_smoothing=0.1") == []
-    again = train(downstream, monkeypatch, twin_inputs, "--set", "components.tok2vec.model.encode.width=256")
-    assert len(again) == 4  # other overrides: every run is trained again
-    without = train(downstream, monkeypatch, twin_inputs)
+    again = train(downstream, monkeypatch, twin_inputs, "--replace", "--set", "components.tok2vec.model.encode.width=256")
+    assert len(again) == 4  # other overrides, replacing asked for: every run is trained again
+    without = train(downstream, monkeypatch, twin_inputs, "--replace")
     assert len(without) == 4 and "--set" not in without[0]
     assert "overrides" not in json.loads((twin_inputs / "runs" / "base" / "seed0" / "run.json").read_text())["inputs"]
+
+
+def test_train_refuses_to_replace_finished_runs_of_other_inputs_before_training_any(downstream, monkeypatch, twin_inputs):
+    train(downstream, monkeypatch, twin_inputs, "--seeds", "0")
+    (twin_inputs / "bilm" / "weights").write_text("another bilm")  # the same path, other weights
+    trained = []
+    monkeypatch.setattr(downstream, "subprocess", types.SimpleNamespace(run=lambda command: trained.append(command)))
+
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs))  # seeds 0 and 1
+
+    assert result.exit_code != 0 and trained == []
+    message = plain(result.output)
+    assert f"{twin_inputs / 'runs' / 'elmo' / 'seed0'} (other biLM)" in message and str(twin_inputs / "runs" / "base") not in message
+    assert "--elmo-arm of its own" in message and "--replace" in message
+    assert (twin_inputs / "runs" / "elmo" / "seed0" / "run.json").is_file()  # untouched
+    assert train(downstream, monkeypatch, twin_inputs, "--elmo-arm", "elmo-b") != []  # a folder of its own trains
+
+
+def test_train_restarts_an_interrupted_run_without_asking(downstream, monkeypatch, twin_inputs):
+    interrupted = twin_inputs / "runs" / "base" / "seed0"
+    interrupted.mkdir(parents=True)
+    (interrupted / "run.json").write_text(json.dumps({"seed": 0}))  # no inputs: train never recorded them
+
+    commands = train(downstream, monkeypatch, twin_inputs, "--seeds", "0")
+
+    assert [run_dir_of(command) for command in commands] == [interrupted, twin_inputs / "runs" / "elmo" / "seed0"]
 
 
 @pytest.mark.parametrize("item", ["components.tok2vec.model.encode.width", "=192", "components.elmo.layer_cache=never"])
