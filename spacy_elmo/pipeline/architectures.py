@@ -76,7 +76,7 @@ def ElmoScalarMix_v2(
     gamma is stored as `gamma_offset` = gamma - 1, so that weight decay (spaCy's
     `L2_is_weight_decay`) pulls gamma toward 1, as it pulls s toward 0 (the plain average).
     """
-    _check_rate("dropout", dropout)
+    _check_rate("spacy-elmo.ElmoScalarMix.v2", "dropout", dropout)
     if l2_coef < 0:
         raise ValueError(f"spacy-elmo.ElmoScalarMix.v2: l2_coef must not be negative, got {l2_coef}")
     return _mix_model(
@@ -104,14 +104,15 @@ def ElmoLayers(
     n_elmo_layers, elmo_width: only without an `elmo` component before this one in the
         pipeline: its n_layers + 1 and 2 * projection_dim.
     """
-    _check_rate("dropout", dropout)
     source = "spacy-elmo.ElmoLayers.v1"
+    _check_rate(source, "dropout", dropout)
     _check_shape(source, n_elmo_layers, elmo_width)
+    width = n_elmo_layers * elmo_width if n_elmo_layers and elmo_width else None
     return Model(
         LAYERS_NAME,
         _layers_forward,
         init=_layers_init,
-        dims={"nL": n_elmo_layers, "nO": elmo_width},
+        dims={"nL": n_elmo_layers, "nW": elmo_width, "nO": width},
         attrs={"source": source, "elmo_dropout": dropout, SEEN_ANNOTATED: False, SHAPE_GIVEN: False, LAYERS_INITIALIZED: False},
     )
 
@@ -198,19 +199,22 @@ def learned_mixes(nlp: Any) -> List[LearnedMix]:
 
 
 def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
-    """Give a mix the shape of the elmo component's layers.
+    """Give a mix (or `ElmoLayers`) the shape of the elmo component's layers: nL layers of
+    width nO (of `ElmoLayers`: nW, and its output width nO = nL * nW).
 
     A shape given this way before the mix has parameters may be given again (a pipeline
     being loaded first sees the model at its `weights` path, then its own); a shape typed
     in the config, or one the mix has learned weights for, must match."""
-    wanted = {"nL": n_layers, "nO": width}
+    width_dim = _width_dim(model)
+    _upgrade_layers_dims(model)
+    wanted = {"nL": n_layers, width_dim: width}
     current = {dim: model.get_dim(dim) for dim in wanted if model.has_dim(dim)}
     if current == wanted:
         return
     has_weights = bool(model.has_param("scalars")) or bool(model.attrs.get(LAYERS_INITIALIZED))
     provisional = model.attrs[SHAPE_GIVEN] and not has_weights
     if not provisional and any(current[dim] != wanted[dim] for dim in current):
-        found = f"{current.get('nL', '?')} layers of width {current.get('nO', '?')}"
+        found = f"{current.get('nL', '?')} layers of width {current.get(width_dim, '?')}"
         reason = (
             "its weights (or those of the layer after it) are for another biLM's layers"
             if has_weights
@@ -219,7 +223,23 @@ def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
         raise ValueError(f"{where}: an ELMo mix set up for {found}, but the elmo component's model gives {n_layers} layers of width {width}: {reason}")
     for dim, value in wanted.items():
         model.set_dim(dim, value, force=True)
+    if width_dim == "nW":
+        model.set_dim("nO", n_layers * width, force=True)
     model.attrs[SHAPE_GIVEN] = True
+
+
+def _width_dim(model: Model) -> str:
+    """The dim holding the width of one stored layer: nO of a mix, nW of `ElmoLayers`."""
+    return "nW" if model.name == LAYERS_NAME else "nO"
+
+
+def _upgrade_layers_dims(model: Model) -> None:
+    """`ElmoLayers` saved before it had nW kept one layer's width in nO: move it to nW and
+    make nO the output width."""
+    if model.name == LAYERS_NAME and not model.has_dim("nW") and model.has_dim("nO") and model.has_dim("nL"):
+        layer_width = model.get_dim("nO")
+        model.set_dim("nW", layer_width)
+        model.set_dim("nO", model.get_dim("nL") * layer_width, force=True)
 
 
 def has_trained(model: Model) -> bool:
@@ -261,9 +281,9 @@ def _check_shape(source: str, n_elmo_layers: Optional[int], elmo_width: Optional
             raise ValueError(f"{source}: {name} must be positive (or left out), got {value}")
 
 
-def _check_rate(name: str, value: float) -> None:
+def _check_rate(source: str, name: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must lie in [0, 1), got {value}")
+        raise ValueError(f"{source}: {name} must lie in [0, 1), got {value}")
 
 
 def _stored_layers(model: Model, doc: Doc) -> Floats3d:
@@ -289,12 +309,12 @@ def _layers_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[F
 
 
 def _take_layer_shape(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
-    """nL and nO from annotated sample docs, else from the elmo component or the config."""
+    """The layers' shape from annotated sample docs, else from the elmo component or the config."""
     annotated = [doc for doc in X or [] if doc_elmo(doc) is not None]
     if annotated:
         n_layers, _, width = _stored_layers(model, annotated[0]).shape
         set_mix_dims(model, n_layers, width, model.attrs["source"])
-    elif not (model.has_dim("nL") and model.has_dim("nO")):
+    elif not (model.has_dim("nL") and model.has_dim(_width_dim(model))):
         raise ValueError(
             f"{model.attrs['source']} cannot see doc._.elmo on its sample docs and has no elmo component to ask: "
             "put an 'elmo' component with loadable weights before this one in the pipeline, "
@@ -308,7 +328,8 @@ def _doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Optional[List[
     if not is_train and not model.attrs[SEEN_ANNOTATED] and all(doc_elmo(doc) is None for doc in docs):
         return None
     layers = [model.ops.asarray3f(_stored_layers(model, doc)) for doc in docs]
-    expected = (model.get_dim("nL"), model.get_dim("nO"))
+    _upgrade_layers_dims(model)
+    expected = (model.get_dim("nL"), model.get_dim(_width_dim(model)))
     for doc_layers in layers:
         if (doc_layers.shape[0], doc_layers.shape[2]) != expected:
             raise ValueError(
@@ -331,7 +352,8 @@ def _layers_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
     if is_train:
         _TRAINED_MIX_IDS.add(model.id)
     layers = _doc_layers(model, docs, is_train)
-    width = model.get_dim("nL") * model.get_dim("nO")
+    _upgrade_layers_dims(model)
+    width = model.get_dim("nO")
     if layers is None:
         return [ops.alloc2f(len(doc), width) for doc in docs], lambda d_outputs: []
     side_by_side = [ops.xp.ascontiguousarray(doc_layers.transpose((1, 0, 2))).reshape(-1, width) for doc_layers in layers]

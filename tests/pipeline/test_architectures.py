@@ -351,7 +351,7 @@ def test_elmo_layers_dropout_is_its_own_and_only_in_training(nlp):
     assert 0.35 < float((trained[0] == 0).mean() - (predicted == 0).mean()) < 0.65
     kept = trained[0] != 0
     numpy.testing.assert_allclose(trained[0][kept], 2.0 * predicted[kept], rtol=1e-6)
-    with pytest.raises(ValueError, match="dropout must lie in"):
+    with pytest.raises(ValueError, match=r"spacy-elmo.ElmoLayers.v1: dropout must lie in \[0, 1\), got 1.0"):
         ElmoLayers(dropout=1.0)
 
 
@@ -365,7 +365,8 @@ def test_a_tagger_learns_on_elmo_layers_whose_shape_comes_from_the_elmo_componen
     examples = [Example.from_dict(nlp.make_doc(text), {"tags": tags}) for text, tags in TRAIN]
     nlp.initialize(lambda: examples)  # the sample docs are not annotated: the shape comes from the component
     layers = next(node for node in tagger.model.walk() if node.name == "elmo_layers")
-    assert (layers.get_dim("nL"), layers.get_dim("nO")) == (3, 12)
+    assert (layers.get_dim("nL"), layers.get_dim("nW"), layers.get_dim("nO")) == (3, 12, 36)
+    assert next(node for node in tagger.model.walk() if node.name.endswith("|elmo_layers")).get_dim("nO") == 8 + 36  # concatenate adds widths
     assert next(node for node in tagger.model.walk() if node.name == "maxout").get_dim("nI") == 8 + 36
     optimizer = Adam(0.02)
     losses_seen = []
@@ -394,3 +395,23 @@ def test_elmo_layers_keeps_its_shape_once_initialized_and_after_a_round_trip(nlp
     loaded = ElmoLayers().from_bytes(model.to_bytes())
     with pytest.raises(ValueError, match="set up for 3 layers of width 12"):
         set_mix_dims(loaded, 2, 8, "component 'tok2vec'")
+
+
+def test_elmo_layers_saved_with_the_layer_width_in_nO_loads_and_gives_the_same_outputs(nlp):
+    """Before nW, ElmoLayers kept one layer's width in nO (its output is n_layers times
+    wider): such a saved model reads its layers the same, and says its output width."""
+    docs = annotated_docs(nlp, ["the bank of the river", "a b"])
+    model = ElmoLayers(dropout=0.0)
+    model.initialize(X=docs)
+    saved = model.to_dict()
+    node = saved["nodes"][0]
+    node["dims"] = {"nL": 3, "nO": 12}  # the dims as they were saved then
+    for fresh_from_config in (True, False):
+        loaded = ElmoLayers(dropout=0.0).from_dict(saved)
+        if not fresh_from_config:  # a pipeline being loaded: the elmo component gives the shape
+            set_mix_dims(loaded, 3, 12, "component 'tok2vec'")
+        for got, want in zip(loaded.predict(docs), model.predict(docs)):
+            numpy.testing.assert_array_equal(got, want)
+        assert (loaded.get_dim("nL"), loaded.get_dim("nW"), loaded.get_dim("nO")) == (3, 12, 36)
+    with pytest.raises(ValueError, match="set up for 3 layers of width 12"):
+        set_mix_dims(ElmoLayers().from_dict(saved), 3, 8, "component 'tok2vec'")
