@@ -39,7 +39,7 @@ from spacy.tokens import Doc
 from tqdm import tqdm
 
 from ..pipeline.component import elmo_component
-from .vectors import embed, iter_docs, unit_rows
+from .vectors import check_keeps_layers, embed, iter_docs, unit_rows
 
 PathLike = Union[str, Path]
 Log = Callable[[str], None]
@@ -187,11 +187,12 @@ def build_index(nlp: Language, corpus: PathLike, directory: PathLike, layers: Se
         check_contextual_layer(layer, bilm.n_output_layers)
     check_replaceable(directory)
     count = count_corpus(corpus, nlp, limit)
+    docs = embed(nlp, iter_docs(corpus, nlp, limit), count.n_doc_tokens, desc="index")
     partial = directory.with_name(directory.name + ".partial")
     _remove_index_folder(partial)
     partial.mkdir(parents=True)
     writer = IndexWriter(partial, count, layers, bilm.config.output_dim)
-    for doc in embed(nlp, iter_docs(corpus, nlp, limit), count.n_doc_tokens, desc="index"):
+    for doc in docs:
         writer.add(doc)
     writer.finish()
     meta = {
@@ -423,6 +424,7 @@ class Query:
 def embed_query(nlp: Language, sentence: str, word: str, occurrence: int = 1) -> Query:
     """Embed `sentence` and pick the `occurrence`-th token (1-based) whose text is `word`; a
     ValueError naming the sentence's tokens when there is no such token."""
+    check_keeps_layers(nlp)
     doc = nlp.make_doc(sentence)
     matches = [token.i for token in doc if token.text == word and not token.is_space]
     if not matches:

@@ -79,9 +79,21 @@ def _lines(path: Path) -> Iterator[str]:
         yield from lines
 
 
+def check_keeps_layers(nlp: Language) -> None:
+    """A ValueError unless `nlp`'s elmo component keeps every layer in doc._.elmo.layers."""
+    if not elmo_component(nlp).settings.keep_layers:
+        raise ValueError("the analyses read every layer: give the elmo component keep_layers = true (elmo_pipeline does)")
+
+
 def embed(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int] = None, desc: str = "embed") -> Iterator[Doc]:
     """Run `nlp`'s elmo component over `docs` (in order) with a tokens progress bar; each
-    doc comes back with `doc._.elmo.layers` (L+1, n_tokens, 2P) and `.mixed` (n_tokens, 2P)."""
+    doc comes back with `doc._.elmo.layers` (L+1, n_tokens, 2P) and `.mixed` (n_tokens, 2P).
+    A component that does not keep its layers is refused here, before any doc is read."""
+    check_keeps_layers(nlp)
+    return _embedded(nlp, docs, total_tokens, desc)
+
+
+def _embedded(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int], desc: str) -> Iterator[Doc]:
     elmo = elmo_component(nlp)
     with tqdm(total=total_tokens, unit="tok", unit_scale=True, desc=desc) as bar:
         for doc in elmo.pipe(docs):

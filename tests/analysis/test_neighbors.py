@@ -2,6 +2,7 @@
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy
@@ -148,6 +149,17 @@ def test_a_folder_holding_other_files_is_refused_before_indexing(nlp, tiny_model
     with pytest.raises(ValueError, match="not part of a neighbors index.*notes.txt"):
         open_index(nlp, tiny_model_dir, corpus, tmp_path, 2, log=lambda line: None)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_pipeline_whose_elmo_component_drops_its_layers_is_refused_before_indexing(tiny_model_dir, corpus, tmp_path):
+    mixed_only = elmo_pipeline(tiny_model_dir, similarity_hooks=False)
+    mixed_only.get_pipe("elmo").settings = replace(mixed_only.get_pipe("elmo").settings, keep_layers=False)
+    assert mixed_only(QUERY)._.elmo.layers is None  # what the index and the query would read
+    with pytest.raises(ValueError, match="the analyses read every layer: give the elmo component keep_layers = true"):
+        open_index(mixed_only, tiny_model_dir, corpus, tmp_path / "index", 2, log=lambda line: None)
+    with pytest.raises(ValueError, match="keep_layers = true"):
+        embed_query(mixed_only, QUERY, "bank")
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def row_dots(rows, query):
