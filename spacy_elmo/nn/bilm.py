@@ -151,7 +151,7 @@ class BiLM(nn.Module):
 
     @property
     def n_output_layers(self) -> int:
-        return self.config.n_layers + 1
+        return self.config.n_output_layers
 
     @property
     def words(self) -> Optional[Tuple[str, ...]]:

@@ -79,6 +79,11 @@ class BiLMConfig:
         """Width of every layer the user sees: 2 * projection_dim."""
         return 2 * self.projection_dim
 
+    @property
+    def n_output_layers(self) -> int:
+        """Layers the user sees: the token encoding, then each LSTM layer."""
+        return self.n_layers + 1
+
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data["filters"] = [list(f) for f in self.filters]

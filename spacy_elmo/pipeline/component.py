@@ -157,7 +157,8 @@ class ElmoComponent(Pipe):
 
     @property
     def mixes(self) -> Dict[str, List[Model]]:
-        """Component name -> the ELMo mixes of its model, downstream of this component."""
+        """Component name -> the layers of its model that read this component's layers (the
+        ELMo mixes and `ElmoLayers`)."""
         return self._mixes
 
     # spaCy's ListenedToComponent protocol: spaCy empties `listener_map`, then calls
@@ -222,7 +223,7 @@ class ElmoComponent(Pipe):
                 config = bilm_config(self.weights, self.options)
             except (ValueError, OSError):  # ModelFileError included
                 return None
-        return config.n_layers + 1, config.output_dim
+        return config.n_output_layers, config.output_dim
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
         """Load the weights now rather than on the first doc."""
@@ -274,17 +275,12 @@ class ElmoComponent(Pipe):
         """(L + 1, batch, time, 2P) float32 layers, or (batch, time, 2P) mixed when layers are not kept."""
         assert self._embedder is not None
         layers = self._embedder(sentences).layers.cpu().numpy()
-        return layers if self.settings.keep_layers else self._mixed(layers)
-
-    def _mixed(self, layers: numpy.ndarray) -> numpy.ndarray:
-        """(L + 1, ..., 2P) -> (..., 2P) with the configured mix."""
-        mix = self.mix
-        return (mix.gamma * numpy.tensordot(mix.weights, layers, axes=1)).astype(numpy.float32)
+        return layers if self.settings.keep_layers else self.mix.apply(layers)
 
     def _store(self, doc: Doc, values: numpy.ndarray) -> None:
         """values: all layers (L + 1, n_tokens, 2P), or the mix (n_tokens, 2P) when layers are not kept."""
         if self.settings.keep_layers:
-            output = ElmoOutput(mixed=self._mixed(values), layers=values)
+            output = ElmoOutput(mixed=self.mix.apply(values), layers=values)
         else:
             output = ElmoOutput(mixed=values)
         doc._.set(DATA_ATTR, output.to_dict())

@@ -22,6 +22,10 @@ class LayerMix:
     weights: numpy.ndarray
     gamma: float
 
+    def apply(self, layers: numpy.ndarray) -> numpy.ndarray:
+        """(n_layers, ..., width) -> (..., width) float32: the mixed vectors."""
+        return (self.gamma * numpy.tensordot(self.weights, layers, axes=1)).astype(numpy.float32)
+
     @classmethod
     def from_setting(cls, setting: MixSetting, n_layers: int) -> "LayerMix":
         """`"average"`, `"top"`, a layer index (negative counts from the top), or
