@@ -107,12 +107,11 @@ def ElmoLayers(
     source = "spacy-elmo.ElmoLayers.v1"
     _check_rate(source, "dropout", dropout)
     _check_shape(source, n_elmo_layers, elmo_width)
-    width = n_elmo_layers * elmo_width if n_elmo_layers and elmo_width else None
     return Model(
         LAYERS_NAME,
         _layers_forward,
         init=_layers_init,
-        dims={"nL": n_elmo_layers, "nW": elmo_width, "nO": width},
+        dims={"nL": n_elmo_layers, "nW": elmo_width, "nO": None},  # nO = nL * nW, set by initialize
         attrs={"source": source, "elmo_dropout": dropout, SEEN_ANNOTATED: False, SHAPE_GIVEN: False, LAYERS_INITIALIZED: False},
     )
 
@@ -200,13 +199,13 @@ def learned_mixes(nlp: Any) -> List[LearnedMix]:
 
 def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
     """Give a mix (or `ElmoLayers`) the shape of the elmo component's layers: nL layers of
-    width nO (of `ElmoLayers`: nW, and its output width nO = nL * nW).
+    width nO (of `ElmoLayers`: nW; its output width nO = nL * nW comes with its initialize).
 
     A shape given this way before the mix has parameters may be given again (a pipeline
     being loaded first sees the model at its `weights` path, then its own); a shape typed
     in the config, or one the mix has learned weights for, must match."""
     width_dim = _width_dim(model)
-    _upgrade_layers_dims(model)
+    _settle_layers_dims(model)
     wanted = {"nL": n_layers, width_dim: width}
     current = {dim: model.get_dim(dim) for dim in wanted if model.has_dim(dim)}
     if current == wanted:
@@ -223,7 +222,7 @@ def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
         raise ValueError(f"{where}: an ELMo mix set up for {found}, but the elmo component's model gives {n_layers} layers of width {width}: {reason}")
     for dim, value in wanted.items():
         model.set_dim(dim, value, force=True)
-    if width_dim == "nW":
+    if width_dim == "nW" and model.has_dim("nO"):
         model.set_dim("nO", n_layers * width, force=True)
     model.attrs[SHAPE_GIVEN] = True
 
@@ -233,13 +232,24 @@ def _width_dim(model: Model) -> str:
     return "nW" if model.name == LAYERS_NAME else "nO"
 
 
-def _upgrade_layers_dims(model: Model) -> None:
-    """`ElmoLayers` saved before it had nW kept one layer's width in nO: move it to nW and
-    make nO the output width."""
-    if model.name == LAYERS_NAME and not model.has_dim("nW") and model.has_dim("nO") and model.has_dim("nL"):
-        layer_width = model.get_dim("nO")
-        model.set_dim("nW", layer_width)
-        model.set_dim("nO", model.get_dim("nL") * layer_width, force=True)
+def _settle_layers_dims(model: Model) -> None:
+    """`ElmoLayers` saved before it had nW kept one layer's width in nO, which loading sets
+    as saved (after the elmo component gave nL and nW): read it as nW and make nO the
+    output width, nL * nW."""
+    if model.name != LAYERS_NAME or not (model.has_dim("nO") and model.has_dim("nL")):
+        return
+    n_layers, saved = model.get_dim("nL"), model.get_dim("nO")
+    if not model.has_dim("nW"):
+        model.set_dim("nW", saved)
+    width = model.get_dim("nW")
+    if saved == n_layers * width:
+        return
+    if saved != width:
+        raise ValueError(
+            f"{model.attrs['source']}: saved for layers of width {saved}, but the elmo component's model gives "
+            f"{n_layers} layers of width {width}: its weights (or those of the layer after it) are for another biLM's layers"
+        )
+    model.set_dim("nO", n_layers * width, force=True)
 
 
 def has_trained(model: Model) -> bool:
@@ -305,6 +315,7 @@ def _mix_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floa
 
 def _layers_init(model: Model, X: Optional[List[Doc]] = None, Y: Optional[List[Floats2d]] = None) -> None:
     _take_layer_shape(model, X, Y)
+    model.set_dim("nO", model.get_dim("nL") * model.get_dim("nW"), force=True)
     model.attrs[LAYERS_INITIALIZED] = True
 
 
@@ -328,7 +339,7 @@ def _doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Optional[List[
     if not is_train and not model.attrs[SEEN_ANNOTATED] and all(doc_elmo(doc) is None for doc in docs):
         return None
     layers = [model.ops.asarray3f(_stored_layers(model, doc)) for doc in docs]
-    _upgrade_layers_dims(model)
+    _settle_layers_dims(model)
     expected = (model.get_dim("nL"), model.get_dim(_width_dim(model)))
     for doc_layers in layers:
         if (doc_layers.shape[0], doc_layers.shape[2]) != expected:
@@ -352,8 +363,8 @@ def _layers_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
     if is_train:
         _TRAINED_MIX_IDS.add(model.id)
     layers = _doc_layers(model, docs, is_train)
-    _upgrade_layers_dims(model)
-    width = model.get_dim("nO")
+    _settle_layers_dims(model)
+    width = model.get_dim("nL") * model.get_dim("nW")
     if layers is None:
         return [ops.alloc2f(len(doc), width) for doc in docs], lambda d_outputs: []
     side_by_side = [ops.xp.ascontiguousarray(doc_layers.transpose((1, 0, 2))).reshape(-1, width) for doc_layers in layers]

@@ -3,6 +3,7 @@
 import numpy
 import pytest
 import spacy
+import srsly
 from spacy.training import Example
 from spacy.util import registry
 from thinc.api import Adam, fix_random_seed
@@ -395,6 +396,43 @@ def test_elmo_layers_keeps_its_shape_once_initialized_and_after_a_round_trip(nlp
     loaded = ElmoLayers().from_bytes(model.to_bytes())
     with pytest.raises(ValueError, match="set up for 3 layers of width 12"):
         set_mix_dims(loaded, 2, 8, "component 'tok2vec'")
+
+
+def test_a_pipeline_saved_with_the_elmo_layers_width_in_nO_loads_and_tags_the_same(tiny_model_dir, tmp_path):
+    """Pipelines trained before ElmoLayers had nW saved one layer's width as its nO; loading
+    sets the saved dims after the elmo component has given the shape."""
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir)})
+    hash_embed = {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"], "rows": [100], "include_static_vectors": False}
+    tok2vec = {"@architectures": "spacy-elmo.WithElmo.v1", "width": 16, "features": hash_embed, "mix": {"@architectures": "spacy-elmo.ElmoLayers.v1"}}
+    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "tok2vec": tok2vec}})
+    examples = [Example.from_dict(nlp.make_doc(text), {"tags": tags}) for text, tags in TRAIN]
+    nlp.initialize(lambda: examples)
+    optimizer = Adam(0.02)
+    for _ in range(5):
+        nlp.update(examples, sgd=optimizer, annotates=["elmo"], exclude=["elmo"])
+    texts = [text for text, _ in TRAIN]
+
+    def tag_scores(pipeline):
+        """(n_tokens, n_tags) per text: the tagger's scores on the elmo component's docs."""
+        return pipeline.get_pipe("tagger").predict(list(pipeline.pipe(texts, disable=["tagger"])))
+
+    expected = tag_scores(nlp)
+    nlp.to_disk(tmp_path / "new")
+    nlp.to_disk(tmp_path / "old")
+    model_file = tmp_path / "old" / "tagger" / "model"
+    saved = srsly.msgpack_loads(model_file.read_bytes())
+    (node,) = [node for node in saved["nodes"] if node["name"] == "elmo_layers"]
+    assert node["dims"] == {"nL": 3, "nW": 12, "nO": 36}
+    node["dims"] = {"nL": 3, "nO": 12}  # as saved before nW
+    model_file.write_bytes(srsly.msgpack_dumps(saved))
+    for folder in ("new", "old"):
+        loaded = spacy.load(tmp_path / folder)
+        for got, want in zip(tag_scores(loaded), expected, strict=True):
+            numpy.testing.assert_array_equal(got, want)
+        layers = next(node for node in loaded.get_pipe("tagger").model.walk() if node.name == "elmo_layers")
+        assert (layers.get_dim("nL"), layers.get_dim("nW"), layers.get_dim("nO")) == (3, 12, 36)
 
 
 def test_elmo_layers_saved_with_the_layer_width_in_nO_loads_and_gives_the_same_outputs(nlp):
