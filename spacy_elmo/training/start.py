@@ -110,8 +110,9 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
     if len(checkpoint["rng"]) != world_size:
         raise ValueError(f"cannot resume: the checkpoint was written by {len(checkpoint['rng'])} processes, this run has {world_size}")
     for key, value in checkpoint["corpus"].items():
-        if corpus[key] != value:
-            raise ValueError(f"cannot resume: the corpus changed since the checkpoint ({key} differs)")
+        if corpus.get(key) != value:
+            changed = "the paths.init_from model" if key == "init_from" else "the corpus"
+            raise ValueError(f"cannot resume: {changed} changed since the checkpoint ({key} differs)")
     saved = config_from_dict(checkpoint["config"], "the checkpoint's config").to_dict()  # keys added since: defaults
     current = config.to_dict()
     if config.paths.init_from is not None:

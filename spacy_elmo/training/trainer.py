@@ -33,6 +33,7 @@ from tqdm import tqdm
 from ..devices import TRAINING_DEVICES, pick_device
 from ..heap import keep_freed_memory
 from ..io import load_bilm
+from ..io.digests import model_digests
 from ..io.staging import WriteError
 from ..nn.bilm import BiLM
 from ..nn.fused_loops import fused_loops
@@ -147,12 +148,15 @@ class Trainer:
         logger.info("training in %s on %s", "bf16 autocast" if self.autocast else "fp32", self.device)
 
     def _read_corpus(self, config: PretrainConfig) -> List[Path]:
-        """Read the vocabulary, the corpus fingerprint and the dev sentences; the training
-        shards, which the batch stream reads as it goes."""
+        """Read the vocabulary, the fingerprint of what the run reads (the corpus, and the
+        `paths.init_from` model) and the dev sentences; the training shards, which the batch
+        stream reads as it goes."""
         corpus = Path(config.paths.corpus)
         self.vocab = Vocabulary.from_file(corpus / VOCAB_FILE)
         shards = train_shards(corpus)
         self.corpus = corpus_fingerprint(corpus / VOCAB_FILE, shards)
+        if config.paths.init_from is not None:  # a resumed run must start from the same model
+            self.corpus["init_from"] = model_digests(config.paths.init_from, config.paths.init_options)
         dev_path = corpus / "dev.txt"
         self.dev = read_sentences(dev_path, config.batching.max_sentence_tokens) if dev_path.is_file() else []
         if not self.dev:

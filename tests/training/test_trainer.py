@@ -258,6 +258,23 @@ def test_auto_resume_continues_a_fitting_training_and_replaces_any_other(toy_cor
     assert done.step == 3 and [r["step"] for r in metric_records(tmp_path / "auto") if "loss" in r] == [1, 2, 3]
 
 
+def test_a_run_from_init_from_resumes_only_from_the_same_init_model(toy_corpus, tmp_path, tiny_model_dir):
+    init, out = tmp_path / "init", tmp_path / "out"
+    shutil.copytree(tiny_model_dir, init)
+
+    def adapt(max_steps):
+        return with_overrides(toy_corpus, {"paths.init_from": str(init)}, max_steps=max_steps)
+
+    pretrain(adapt(2), out, progress_bar=False)
+    assert pretrain(adapt(4), out, resume=True, progress_bar=False).step == 4
+    shutil.rmtree(init)
+    shutil.copytree(out / "model-last", init)  # the base model trained again: other weights at the same path
+    with pytest.raises(ValueError, match="cannot resume: the paths.init_from model changed since the checkpoint \\(init_from differs\\)"):
+        pretrain(adapt(6), out, resume=True, progress_bar=False)
+    done = pretrain(adapt(3), out, auto_resume=True, progress_bar=False)  # starts afresh from the new base
+    assert done.step == 3 and [r["step"] for r in metric_records(out) if "loss" in r] == [1, 2, 3]
+
+
 def test_pretrain_restores_the_callers_thread_count(toy_corpus, tmp_path):
     threads = torch.get_num_threads()
     pretrain(config_for(toy_corpus, max_steps=1, num_threads=threads + 1), tmp_path / "out", progress_bar=False)
