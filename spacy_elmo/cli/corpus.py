@@ -43,6 +43,12 @@ def corpus(
         f"{stats.lines_with_invalid_utf8} lines with invalid UTF-8 replaced); train {stats.train_sentences} "
         f"({stats.tokens} tokens), dev {stats.dev_sentences}, test {stats.test_sentences}; vocab {stats.vocab_size}"
     )
+    for split, fraction, count in (("dev", dev_fraction, stats.dev_sentences), ("test", test_fraction, stats.test_sentences)):
+        if fraction > 0 and count == 0:
+            typer.echo(
+                f"warning: the {split} split is empty ({fraction} of {stats.sentences - stats.duplicate_sentences} sentences rounds to 0): "
+                f"raise --{split}-fraction or give more text" + (" (without dev sentences model-best is the last model)" if split == "dev" else "")
+            )
     typer.echo(
         f"{stats.control_characters_removed} control characters removed, {stats.documents_cut_for_length} documents "
         f"cut to {max_document_chars} characters ({stats.characters_cut_for_length} cut), {stats.long_runs_split} long runs "

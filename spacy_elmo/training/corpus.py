@@ -20,6 +20,7 @@ import codecs
 import dataclasses
 import hashlib
 import json
+import math
 import random
 import re
 import unicodedata
@@ -242,8 +243,12 @@ def tokenized_sentences(nlp: Language, documents: Iterable[str], stats: CorpusSt
 
 
 def sentence_pipeline(lang: str) -> Language:
-    """The language's tokenizer (as at inference) plus a rule-based sentencizer."""
-    nlp = spacy.blank(lang)
+    """The language's tokenizer (as at inference) plus a rule-based sentencizer; a ValueError
+    naming the language where spaCy has none of that code, or lacks its tokenizer's package."""
+    try:
+        nlp = spacy.blank(lang)
+    except ImportError as err:
+        raise ValueError(f"--lang {lang!r}: spaCy cannot make this language's tokenizer here ({err})") from err
     nlp.add_pipe("sentencizer")
     return nlp
 
@@ -271,6 +276,9 @@ def prepare_corpus(
         raise ValueError("dev_fraction and test_fraction must be in [0, 1) and leave room for training")
     if sentences_per_shard < 1 or min_count < 1 or not (max_vocab == 0 or max_vocab > len(SPECIAL_TOKENS)):
         raise ValueError("sentences_per_shard and min_count must be positive, max_vocab 0 (no limit) or above 3")
+    output_dir = Path(output_dir)
+    if Path(input_path).is_dir() and output_dir.resolve().is_relative_to(Path(input_path).resolve()):
+        raise ValueError(f"{output_dir} lies inside the input folder {input_path}, whose .txt files are all read as text: give an output outside it")
     given_vocab = None
     if vocab_path is not None:
         if min_count != 1 or max_vocab:
@@ -296,7 +304,6 @@ def prepare_corpus(
         raise ValueError(
             f"{input_path}: nothing to train on, all {len(unique)} sentences go to dev and test: lower dev_fraction and test_fraction or give more text"
         )
-    output_dir = Path(output_dir)
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
     vocab = given_vocab if given_vocab is not None else build_vocab(train, min_count, max_vocab)
     Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
@@ -324,8 +331,9 @@ def _dropped(stats: CorpusStats) -> str:
 
 
 def _split(lines: List[str], dev_fraction: float, test_fraction: float) -> Tuple[List[str], List[str], List[str]]:
-    n_dev = round(len(lines) * dev_fraction)
-    n_test = round(len(lines) * test_fraction)
+    """(train, dev, test): each held-out share is its fraction of the lines, rounded half up."""
+    n_dev = math.floor(len(lines) * dev_fraction + 0.5)
+    n_test = math.floor(len(lines) * test_fraction + 0.5)
     return lines[n_dev + n_test :], lines[:n_dev], lines[n_dev : n_dev + n_test]
 
 

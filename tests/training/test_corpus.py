@@ -102,6 +102,22 @@ def test_empty_or_missing_input_is_an_error(tmp_path):
         prepare_corpus(tmp_path / "missing.txt", tmp_path / "out")
 
 
+def test_an_unknown_language_or_an_output_inside_a_folder_input_is_a_clear_error(tmp_path):
+    (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
+    with pytest.raises(ValueError, match="--lang 'zz': spaCy cannot make this language's tokenizer here"):
+        prepare_corpus(tmp_path / "in.txt", tmp_path / "out", lang="zz")
+    with pytest.raises(ValueError, match="lies inside the input folder .*: give an output outside it"):
+        prepare_corpus(tmp_path, tmp_path / "prepared")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]  # nothing written
+
+
+@pytest.mark.parametrize("n_lines, dev_fraction, n_dev", [(5, 0.1, 1), (25, 0.1, 3), (15, 0.1, 2), (14, 0.1, 1), (4, 0.1, 0)])
+def test_held_out_shares_round_half_up(tmp_path, n_lines, dev_fraction, n_dev):
+    (tmp_path / "in.txt").write_text("".join(f"Sentence number {i} .\n" for i in range(n_lines)), encoding="utf-8")
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", dev_fraction=dev_fraction, test_fraction=0.0)
+    assert (stats.dev_sentences, stats.train_sentences) == (n_dev, n_lines - n_dev)
+
+
 def test_vocabulary_order_min_count_and_size():
     lines = ["a b b c", "b c <S> d", "c c"]
     assert build_vocab(lines) == [*SPECIAL_TOKENS, "c", "b", "a", "d"]
@@ -115,10 +131,15 @@ def test_corpus_command(tmp_path):
     from spacy_elmo.cli import app
 
     (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
-    result = CliRunner().invoke(app, ["corpus", str(tmp_path / "in.txt"), str(tmp_path / "out"), "--dev-fraction", "0.2"])
+    result = CliRunner().invoke(app, ["corpus", str(tmp_path / "in.txt"), str(tmp_path / "out"), "--dev-fraction", "0.2", "--test-fraction", "0.2"])
     assert result.exit_code == 0, result.output
     assert "1 duplicates dropped" in result.output
     assert (tmp_path / "out" / "vocab.txt").read_text().splitlines()[:4] == [*SPECIAL_TOKENS, "."]
+    assert "warning" not in result.output
+    small = CliRunner().invoke(app, ["corpus", str(tmp_path / "in.txt"), str(tmp_path / "small"), "--test-fraction", "0.05"])
+    assert small.exit_code == 0, small.output
+    assert "warning: the dev split is empty (0.01 of 6 sentences rounds to 0)" in small.output
+    assert "warning: the test split is empty (0.05 of 6 sentences rounds to 0)" in small.output
 
 
 def test_a_given_vocabulary_is_used_as_it_is(tmp_path):
