@@ -127,6 +127,8 @@ def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
         header, weights, words = message["header"], message["weights"], message.get("words")
     except Exception as err:  # msgpack raises several unrelated types
         raise ModelFileError(source, f"not a serialized spacy-elmo model ({err})") from err
+    if not isinstance(weights, bytes):
+        raise ModelFileError(source, f"not a serialized spacy-elmo model (its weights are {type(weights).__name__}, not bytes)")
     if words is not None and not isinstance(words, list):
         raise ModelFileError(source, "the word vocabulary is not a list of words")
     return _build(header, weights, words, source, source, source)

@@ -129,6 +129,16 @@ def test_bytes_whose_vocabulary_is_not_a_list_are_a_clear_error():
         model_from_bytes(srsly.msgpack_dumps(message))
 
 
+@pytest.mark.parametrize("weights", ["weights.npz", 7, None, [1, 2]])
+def test_bytes_whose_weights_are_not_bytes_are_a_clear_error(weights):
+    import srsly
+
+    message = srsly.msgpack_loads(model_to_bytes(random_bilm()))
+    message["weights"] = weights
+    with pytest.raises(ModelFileError, match="not a serialized spacy-elmo model \\(its weights are .*, not bytes\\)"):
+        model_from_bytes(srsly.msgpack_dumps(message))
+
+
 def fill_the_disk_at(monkeypatch, name):
     """From now on in the test, writing a file called `name` fails as on a full disk."""
     real_write_bytes = pathlib.Path.write_bytes
