@@ -35,7 +35,7 @@ from spacy.language import Language
 from spacy.tokens import DocBin
 
 from ..nn.special_tokens import SPECIAL_TOKENS
-from .data import VOCAB_FILE, Vocabulary
+from .data import PREPARING_MARK, VOCAB_FILE, Vocabulary
 
 MAX_DOCUMENT_CHARS = 10_000_000
 """Documents are cut to this many characters before tokenizing (the default of `max_document_chars`)."""
@@ -304,6 +304,9 @@ def prepare_corpus(
         raise ValueError(
             f"{input_path}: nothing to train on, all {len(unique)} sentences go to dev and test: lower dev_fraction and test_fraction or give more text"
         )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    marker = output_dir / PREPARING_MARK
+    marker.write_text("spacy-elmo corpus: being written; a folder holding this file is not trained on\n", encoding="utf-8")
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
     vocab = given_vocab if given_vocab is not None else build_vocab(train, min_count, max_vocab)
     Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
@@ -316,6 +319,7 @@ def prepare_corpus(
         vocab_size=len(vocab),
     )
     (output_dir / "stats.json").write_text(json.dumps(dataclasses.asdict(stats), indent=2), encoding="utf-8")
+    marker.unlink()
     return stats
 
 

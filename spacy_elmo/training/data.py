@@ -17,6 +17,10 @@ from ..nn.bilm import BiLM
 from ..nn.special_tokens import SPECIAL_TOKENS, UNK_ID
 
 VOCAB_FILE = "vocab.txt"
+PREPARING_MARK = ".preparing"
+"""A file the corpus command puts in a corpus folder before it changes anything there and
+removes once every file is written: a folder holding it was left part-way (Ctrl-C, a full
+disk), with new shards beside old dev and test sentences, and is not trained on."""
 """The vocabulary's file name, in a corpus folder and in a trained model's folder."""
 
 Sentence = List[str]
@@ -80,6 +84,10 @@ def not_utf8(err: UnicodeDecodeError) -> str:
 
 
 def train_shards(corpus_dir: Union[str, Path]) -> List[Path]:
+    """The training shards of a prepared corpus; a ValueError for a folder the corpus
+    command left part-way or never wrote."""
+    if (Path(corpus_dir) / PREPARING_MARK).exists():
+        raise ValueError(f"{corpus_dir}: its preparation stopped part-way (it holds {PREPARING_MARK}): run the corpus command again")
     shards = sorted((Path(corpus_dir) / "train").glob("shard_*.txt"))
     if not shards:
         raise ValueError(f"{corpus_dir}: no train/shard_*.txt files (run the corpus command first)")

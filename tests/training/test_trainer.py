@@ -275,6 +275,29 @@ def test_a_run_from_init_from_resumes_only_from_the_same_init_model(toy_corpus, 
     assert done.step == 3 and [r["step"] for r in metric_records(out) if "loss" in r] == [1, 2, 3]
 
 
+def test_a_corpus_whose_preparation_stopped_part_way_is_refused_before_the_training_is_touched(tmp_path, monkeypatch):
+    from elmo_testing import write_toy_text
+    from spacy_elmo.training import corpus as corpus_module
+
+    text, corpus, out = write_toy_text(tmp_path / "toy.txt"), tmp_path / "corpus", tmp_path / "out"
+    corpus_module.prepare_corpus(text, corpus, seed=0, dev_fraction=0.1, test_fraction=0.1)
+    pretrain(config_for(corpus, max_steps=2), out, progress_bar=False)
+    before = (out / "metrics.jsonl").read_text()
+
+    def full_disk(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(corpus_module.Vocabulary, "to_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):  # new shards and splits written, the vocabulary not
+        corpus_module.prepare_corpus(text, corpus, seed=1, dev_fraction=0.1, test_fraction=0.1)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="its preparation stopped part-way \\(it holds .preparing\\): run the corpus command again"):
+        pretrain(config_for(corpus, max_steps=4), out, auto_resume=True, progress_bar=False)
+    assert (out / "metrics.jsonl").read_text() == before and (out / "model-last").is_dir()
+    corpus_module.prepare_corpus(text, corpus, seed=1, dev_fraction=0.1, test_fraction=0.1)
+    assert not (corpus / ".preparing").exists() and train_shards(corpus)
+
+
 def test_pretrain_restores_the_callers_thread_count(toy_corpus, tmp_path):
     threads = torch.get_num_threads()
     pretrain(config_for(toy_corpus, max_steps=1, num_threads=threads + 1), tmp_path / "out", progress_bar=False)
