@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import spacy
+import typer
 from typer.testing import CliRunner
 
 import spacy_elmo.pipeline
@@ -264,11 +265,23 @@ def test_train_refuses_to_replace_finished_runs_of_other_inputs_before_training_
     result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs))  # seeds 0 and 1
 
     assert result.exit_code != 0 and trained == []
-    message = plain(result.output)
-    assert f"{twin_inputs / 'runs' / 'elmo' / 'seed0'} (other biLM)" in message and str(twin_inputs / "runs" / "base") not in message
-    assert "--elmo-arm of its own" in message and "--replace" in message
+    message = plain(result.output)  # long paths may be wrapped inside: the words are checked here, the paths below
+    assert "(other biLM)" in message and "--elmo-arm of its own" in message and "--replace" in message
     assert (twin_inputs / "runs" / "elmo" / "seed0" / "run.json").is_file()  # untouched
     assert train(downstream, monkeypatch, twin_inputs, "--elmo-arm", "elmo-b") != []  # a folder of its own trains
+
+    runs = twin_inputs / "runs"
+    recorded = {arm: json.loads((runs / arm / "seed0" / "run.json").read_text())["inputs"] for arm in ("base", "elmo")}
+    planned = [
+        ("base", 0, runs / "base" / "seed0", recorded["base"]),  # the same inputs: nothing to replace
+        ("elmo", 0, runs / "elmo" / "seed0", {**recorded["elmo"], "bilm": "other", "max_steps": 5000}),
+        ("elmo", 1, runs / "elmo" / "seed1", recorded["elmo"]),  # never trained
+    ]
+    with pytest.raises(typer.BadParameter) as refused:
+        downstream.refuse_to_replace(planned)
+    assert str(refused.value).startswith(
+        f"these runs were finished with other inputs and would be replaced: {runs / 'elmo' / 'seed0'} (other step budget, biLM). "
+    )
 
 
 def test_train_restarts_an_interrupted_run_without_asking(downstream, monkeypatch, twin_inputs):
