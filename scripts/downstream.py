@@ -325,7 +325,8 @@ def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]
     seeds: List[int] = []
     left_out: List[int] = []
     for seed in sorted(base.keys() & elmo.keys()):
-        (seeds if shared_inputs(base[seed]) == shared_inputs(elmo[seed]) else left_out).append(seed)
+        differing = differing_inputs([base[seed], elmo[seed]])
+        (left_out if set(differing) & set(SHARED_INPUTS) else seeds).append(seed)
     if left_out:
         typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets, data or overrides")
     for arm, records in (("base", base), ("elmo", elmo)):
@@ -338,11 +339,6 @@ def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]
                 "(and each biLM its own --elmo-arm)"
             )
     return seeds
-
-
-def shared_inputs(record: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
-    """The run's SHARED_INPUTS, each as JSON (hashable, whatever its type)."""
-    return tuple((key, json.dumps(record["inputs"].get(key), sort_keys=True)) for key in SHARED_INPUTS)
 
 
 def scores_on_test_set(model: Path, test_path: Path, test_set: str, scores: Path) -> Dict[str, Any]:

@@ -339,7 +339,6 @@ def _doc_layers(model: Model, docs: List[Doc], is_train: bool) -> Optional[List[
     if not is_train and not model.attrs[SEEN_ANNOTATED] and all(doc_elmo(doc) is None for doc in docs):
         return None
     layers = [model.ops.asarray3f(_stored_layers(model, doc)) for doc in docs]
-    _settle_layers_dims(model)
     expected = (model.get_dim("nL"), model.get_dim(_width_dim(model)))
     for doc_layers in layers:
         if (doc_layers.shape[0], doc_layers.shape[2]) != expected:
@@ -362,8 +361,8 @@ def _layers_forward(model: Model, docs: List[Doc], is_train: bool) -> Tuple[List
     ops = model.ops
     if is_train:
         _TRAINED_MIX_IDS.add(model.id)
-    layers = _doc_layers(model, docs, is_train)
     _settle_layers_dims(model)
+    layers = _doc_layers(model, docs, is_train)
     width = model.get_dim("nL") * model.get_dim("nW")
     if layers is None:
         return [ops.alloc2f(len(doc), width) for doc in docs], lambda d_outputs: []
