@@ -45,6 +45,13 @@ SCORES_FILE = "test-scores.json"
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 
+def write_whole(path: Path, text: str) -> None:
+    """`text` to `path`, whole or not at all (imported on use: spacy_elmo loads torch)."""
+    from spacy_elmo.io.staging import write_text_atomically
+
+    write_text_atomically(path, text)
+
+
 def fingerprint(path: Path) -> str:
     """sha256 over the names and contents of a file or of every file in a folder."""
     digest = hashlib.sha256()
@@ -195,7 +202,7 @@ def train(
             raise typer.Exit(result.returncode)
         record = json.loads((run_dir / RUN_FILE).read_text())
         record["inputs"] = inputs
-        (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
+        write_whole(run_dir / RUN_FILE, json.dumps(record, indent=2))
 
 
 def refuse_to_replace(runs: List[Tuple[str, int, Path, Dict[str, Any]]]) -> None:
@@ -239,7 +246,7 @@ def run(
     seconds = time.perf_counter() - start
     epochs = [json.loads(line) for line in epochs_log.read_text().splitlines() if line.strip()]
     record = {"seed": seed, "max_steps": max_steps, "train_seconds": seconds, "peak_rss_mb": peak_rss_mb(), "epochs": epochs}
-    (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
+    write_whole(run_dir / RUN_FILE, json.dumps(record, indent=2))
 
 
 @app.command()
@@ -294,11 +301,9 @@ def evaluate(
                     weights = ", ".join(f"{w:.3f}" for w in mix.weights)
                     typer.echo(f"elmo seed {seed}, {mix.component}: layer weights [{weights}], gamma {mix.gamma:.3f}")
     summary = summarize(arms)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"runs": arms, "summary": summary, "mixes": mixes}, indent=2))
+    write_whole(output, json.dumps({"runs": arms, "summary": summary, "mixes": mixes}, indent=2))
     markdown = summary_table(summary, {arm: len(runs) for arm, runs in arms.items()})
-    table.parent.mkdir(parents=True, exist_ok=True)
-    table.write_text(markdown)
+    write_whole(table, markdown)
     typer.echo(markdown)
 
 
@@ -350,7 +355,7 @@ def scores_on_test_set(model: Path, test_path: Path, test_set: str, scores: Path
             return figures
     subprocess.run([sys.executable, "-m", "spacy", "evaluate", str(model), str(test_path), "--output", str(scores)], check=True)
     figures = {**json.loads(scores.read_text()), "test_set": test_set}
-    scores.write_text(json.dumps(figures, indent=2))
+    write_whole(scores, json.dumps(figures, indent=2))
     return figures
 
 

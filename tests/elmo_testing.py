@@ -232,6 +232,21 @@ def no_space() -> OSError:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+def fill_the_disk_before_renames(monkeypatch) -> None:
+    """From now on in the test, every staged write (`spacy_elmo.io.staging`) fails as on a
+    full disk when its staging file is flushed, before it is renamed into place."""
+
+    def full_disk(path):
+        raise no_space()
+
+    monkeypatch.setattr("spacy_elmo.io.staging._fsync_path", full_disk)
+
+
+def kept_after_a_failed_write(path: Path, before: str) -> bool:
+    """Whether `path` still holds `before` and no staging file was left beside it."""
+    return path.read_text(encoding="utf-8") == before and not list(path.parent.glob(f".{path.name}.staging-*"))
+
+
 def fill_the_disk_at_dataset(monkeypatch, n: int) -> None:
     """From now on in the test, the n-th HDF5 dataset created fails as on a full disk."""
     import h5py

@@ -19,6 +19,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..io import is_pipeline
+from ..io.staging import write_text_atomically
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from . import plots
@@ -99,7 +100,7 @@ def write_report(
         model=html.escape(str(model)),
         sections="\n".join(sections),
     )
-    output_html.write_text(page, encoding="utf-8")
+    write_text_atomically(output_html, page)
     return output_html
 
 

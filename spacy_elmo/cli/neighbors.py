@@ -21,6 +21,7 @@ from ..analysis.neighbors import (
     resolve_layer,
 )
 from ..analysis.vectors import elmo_pipeline
+from ..io.staging import write_text_atomically
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors
 
@@ -68,7 +69,7 @@ def neighbors(
     typer.echo(_table(["cosine", "word", "uses"], word_rows))
     if json_path is not None:
         with clean_errors():
-            srsly.write_json(json_path, _results(query, layer, corpus_index, uses, words))
+            write_text_atomically(json_path, srsly.json_dumps(_results(query, layer, corpus_index, uses, words), indent=2) + "\n")
         typer.echo(f"\n-> {json_path}")
 
 

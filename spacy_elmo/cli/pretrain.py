@@ -10,6 +10,7 @@ import typer
 from spacy.cli._util import parse_config_overrides
 
 from ..devices import TRAINING_DEVICES, pick_device
+from ..io.staging import write_text_atomically
 from ..training.checkpoint import load_trained_model, trained_max_sentence_tokens
 from ..training.config import load_config
 from ..training.data import read_sentences
@@ -79,6 +80,6 @@ def evaluate(
         result = perplexity(objective, sentences, vocab, tokens_per_batch, torch_device)
     figures = {**result.as_dict(), "sentences": len(sentences), "model": str(model_dir), "text": str(text)}
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+        with clean_errors():
+            write_text_atomically(output, json.dumps(figures, indent=2) + "\n")
     typer.echo(f"perplexity {result.mean:.2f} (forward {result.forward:.2f}, backward {result.backward:.2f}) over {len(sentences)} sentences")

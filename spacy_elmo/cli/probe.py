@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ..io.staging import write_text_atomically
 from .app import app, clean_errors, parse_mix
 
 
@@ -46,7 +47,6 @@ def probe(
         raise typer.BadParameter(f"{data} carries none of the labels {names}")
     typer.echo(report.table())
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
         record = {
             "model": str(model),
             "data": str(data),
@@ -58,5 +58,6 @@ def probe(
             "max_iter": max_iter,
             **report.to_dict(),
         }
-        output.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        with clean_errors():
+            write_text_atomically(output, json.dumps(record, indent=2) + "\n")
         typer.echo(f"-> {output}")

@@ -72,6 +72,12 @@ def write_atomically(path: Union[str, Path], write: Callable[[BinaryIO], object]
         write(out)
 
 
+def write_text_atomically(path: Union[str, Path], text: str) -> None:
+    """`text` as UTF-8 to `path`, whole or not at all (`staged_file`)."""
+    data = text.encode("utf-8")
+    write_atomically(path, lambda out: out.write(data))
+
+
 class Replaceable(NamedTuple):
     """Which existing directories a `staged_directory` may replace, besides empty ones."""
 

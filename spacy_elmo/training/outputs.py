@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Union
 
-from ..io.staging import WriteError, write_atomically
+from ..io.staging import WriteError, write_text_atomically
 from .checkpoint import CHECKPOINTS_DIR, MODEL_DIRS, staging_leftovers
 
 PRETRAIN_CONFIG_FILE = "pretrain.cfg"
@@ -58,5 +58,4 @@ def truncate_metrics(output_dir: Path, step: int) -> None:
                     kept.append(line)
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue  # a line cut by the kill
-        text = "".join(line + "\n" for line in kept).encode("utf-8")
-        write_atomically(path, lambda out: out.write(text))
+        write_text_atomically(path, "".join(line + "\n" for line in kept))

@@ -1,7 +1,6 @@
 """Nearest uses in context over a corpus index, and the context-free nearest words."""
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import pytest
 from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
-from elmo_testing import random_bilm, write_toy_text
+from elmo_testing import fill_the_disk_before_renames, kept_after_a_failed_write, plain, random_bilm, write_toy_text
 from spacy_elmo.analysis.neighbors import (
     DOC,
     POSITION,
@@ -69,11 +68,6 @@ def results(index, query_layers):
     """Both columns for QUERY's "bank", as plain data."""
     uses = [vars(use) for use in nearest_uses(index, 2, query_layers[2], 8)]
     return uses, [vars(match) for match in nearest_words(index, query_layers[0], "bank", 8)]
-
-
-def plain(output: str) -> str:
-    """CLI output without rich's box characters and line breaks."""
-    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())
 
 
 def test_the_query_own_use_comes_first_when_its_sentence_is_in_the_corpus(nlp, built):
@@ -324,6 +318,11 @@ def test_the_cli_prints_both_tables_and_reuses_its_default_index(tiny_model_dir,
     assert again.exit_code == 0, again.output
     assert f"reusing index {expected_index}" in again.output
     assert tables(again.output) == tables(output)
+    before = (tmp_path / "r.json").read_text(encoding="utf-8")
+    fill_the_disk_before_renames(monkeypatch)
+    failed = runner.invoke(app, arguments)
+    assert failed.exit_code == 2 and "could not be written (No space left on device)" in plain(failed.output)
+    assert kept_after_a_failed_write(tmp_path / "r.json", before)
 
 
 def tables(output: str) -> str:

@@ -8,6 +8,7 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
+from elmo_testing import fill_the_disk_before_renames, kept_after_a_failed_write, plain
 from spacy_elmo.analysis.probe import (
     LinearProbe,
     MostFrequentLabel,
@@ -123,7 +124,7 @@ def test_probe_on_a_real_model_recovers_a_word_level_tag_not_a_random_one(tiny_m
     assert max(absent.accuracy) < 0.7  # chance is 0.5
 
 
-def test_probe_cli_prints_the_table_and_writes_json(tiny_model_dir, tmp_path):
+def test_probe_cli_prints_the_table_and_writes_json(tiny_model_dir, tmp_path, monkeypatch):
     nlp = spacy.blank("en")
     train_path, eval_path = tmp_path / "train.spacy", tmp_path / "dev.spacy"
     DocBin(docs=tagged_docs(nlp, 40, 0, random_tags=False)).to_disk(train_path)
@@ -135,6 +136,11 @@ def test_probe_cli_prints_the_table_and_writes_json(tiny_model_dir, tmp_path):
     record = json.loads(output.read_text())
     assert record["layers"] == ["layer 0", "layer 1", "layer 2", "mix"]
     assert record["labels"]["tag"]["accuracy"][0] == 1.0
+    before = output.read_text()
+    fill_the_disk_before_renames(monkeypatch)
+    result = CliRunner().invoke(app, ["probe", str(tiny_model_dir), str(train_path), "--eval", str(eval_path), "--labels", "tag", "--output", str(output)])
+    assert result.exit_code == 2 and "could not be written (No space left on device)" in plain(result.output)
+    assert kept_after_a_failed_write(output, before)
 
 
 def test_probe_cli_errors_clearly(tiny_model_dir, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import spacy
 from typer.testing import CliRunner
 
-from elmo_testing import plain, random_bilm
+from elmo_testing import fill_the_disk_before_renames, kept_after_a_failed_write, plain, random_bilm
 from spacy_elmo.analysis.plots import pipeline_mixes
 from spacy_elmo.analysis.report import write_report
 from spacy_elmo.cli import app
@@ -176,7 +176,7 @@ def test_the_mix_section_of_a_trained_pipeline(trained_pipeline, tmp_path):
         assert f"<tr><td>{name}</td>{cells}<td>{mix.gamma:.3f}</td></tr>" in text
 
 
-def test_absent_inputs_give_one_line_each(tiny_model_dir, tmp_path):
+def test_absent_inputs_give_one_line_each(tiny_model_dir, tmp_path, monkeypatch):
     text = write_report(tiny_model_dir, tmp_path / "bare.html").read_text(encoding="utf-8")
     page = Page(text)
     assert page.images == []
@@ -191,6 +191,10 @@ def test_absent_inputs_give_one_line_each(tiny_model_dir, tmp_path):
         "No corpus given (--corpus PATH): no sense maps.",
         "MODEL is not a spaCy pipeline: no downstream mix weights.",
     ]
+    fill_the_disk_before_renames(monkeypatch)
+    with pytest.raises(OSError, match="bare.html: could not be written"):
+        write_report(tiny_model_dir, tmp_path / "bare.html")
+    assert kept_after_a_failed_write(tmp_path / "bare.html", text)
 
 
 def test_a_probe_report_beside_the_model_is_found(project, tmp_path):

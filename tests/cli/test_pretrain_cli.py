@@ -7,7 +7,7 @@ import numpy
 import spacy
 from typer.testing import CliRunner
 
-from elmo_testing import plain, write_tiny_pretrain_config
+from elmo_testing import fill_the_disk_before_renames, kept_after_a_failed_write, plain, write_tiny_pretrain_config
 from spacy_elmo.cli import app
 from spacy_elmo.io import load_model
 from spacy_elmo.nn import batch_to_char_ids
@@ -18,7 +18,7 @@ from spacy_elmo.training.perplexity import perplexity
 runner = CliRunner()
 
 
-def test_pretrain_then_evaluate_then_assemble(toy_corpus, tmp_path):
+def test_pretrain_then_evaluate_then_assemble(toy_corpus, tmp_path, monkeypatch):
     config = write_tiny_pretrain_config(tmp_path / "tiny.cfg", toy_corpus, max_steps=6, eval_every=3, checkpoint_every=3)
     result = runner.invoke(app, ["pretrain", str(config), str(tmp_path / "out"), "--no-progress", "--training.max_steps", "4"])
     assert result.exit_code == 0, result.output
@@ -36,6 +36,12 @@ def test_pretrain_then_evaluate_then_assemble(toy_corpus, tmp_path):
     result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(tmp_path / "long.txt"), "--output", str(output)])
     assert result.exit_code == 0, result.output
     assert json.loads(output.read_text())["sentences"] == 2  # 80 tokens in pieces of 64, as in training
+    before = output.read_text()
+    with monkeypatch.context() as disk:
+        fill_the_disk_before_renames(disk)
+        result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(toy_corpus / "test.txt"), "--output", str(output)])
+    assert result.exit_code == 2 and "could not be written (No space left on device)" in plain(result.output)
+    assert kept_after_a_failed_write(output, before)
 
     result = runner.invoke(app, ["assemble", str(tmp_path / "out" / "model-best"), str(tmp_path / "pipe"), "--name", "toy", "--version", "1.2.3"])
     assert result.exit_code == 0, result.output
