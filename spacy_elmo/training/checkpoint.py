@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union
 import torch
 
 from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, write_model_files
+from ..io.digests import file_digest
 from ..io.lm_head import HEAD_FILE
 from ..io.staging import STAGING_MARK, put_back_retired, staged_directory, write_atomically
 from ..nn.objective import BiLMObjective
@@ -263,9 +264,14 @@ def trained_max_sentence_tokens(model_dir: Union[str, Path]) -> int:
     return value if isinstance(value, int) and value > 0 else default
 
 
-def corpus_fingerprint(vocab_path: Path, shards: List[Path]) -> Dict[str, Any]:
-    """What a resumed run must find again: the vocabulary, and the shards' names and sizes."""
+def corpus_fingerprint(vocab_path: Path, shards: List[Path], dev_path: Path) -> Dict[str, Any]:
+    """What a resumed run must find again: the vocabulary, the shards' names and sizes, and
+    the contents of the shards and of the dev sentences (None where there are none): a
+    corpus prepared again with another seed can keep every size. Checkpoints written before
+    the contents were recorded resume on the vocabulary, names and sizes."""
     return {
         "vocab_sha256": hashlib.sha256(vocab_path.read_bytes()).hexdigest(),
         "shards": [[shard.name, shard.stat().st_size] for shard in shards],
+        "shard_digests": [file_digest(shard) for shard in shards],
+        "dev_digest": file_digest(dev_path) if dev_path.is_file() else None,
     }

@@ -154,10 +154,10 @@ class Trainer:
         corpus = Path(config.paths.corpus)
         self.vocab = Vocabulary.from_file(corpus / VOCAB_FILE)
         shards = train_shards(corpus)
-        self.corpus = corpus_fingerprint(corpus / VOCAB_FILE, shards)
+        dev_path = corpus / "dev.txt"
+        self.corpus = corpus_fingerprint(corpus / VOCAB_FILE, shards, dev_path)
         if config.paths.init_from is not None:  # a resumed run must start from the same model
             self.corpus["init_from"] = model_digests(config.paths.init_from, config.paths.init_options)
-        dev_path = corpus / "dev.txt"
         self.dev = read_sentences(dev_path, config.batching.max_sentence_tokens) if dev_path.is_file() else []
         if not self.dev:
             logger.warning("%s is empty or missing: no dev perplexity, model-best/ will be the last model", dev_path)

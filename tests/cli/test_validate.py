@@ -118,7 +118,7 @@ def test_a_training_run_is_described_from_its_model_and_its_checkpoints(trained:
     assert "from pretraining (with its softmax)" in model.output
     assert f"  softmax: {vocab_size} words x 8 (softmax.npz and vocab.txt agree)" in model.output
     assert "  training: step 2, tokens" in model.output
-    fingerprint = corpus_fingerprint(toy_corpus / "vocab.txt", train_shards(toy_corpus))
+    fingerprint = corpus_fingerprint(toy_corpus / "vocab.txt", train_shards(toy_corpus), toy_corpus / "dev.txt")
     for name in ("last.pt", "best.pt"):
         checkpoint = validate(trained / "checkpoints" / name)
         assert checkpoint.exit_code == 0, checkpoint.output

@@ -129,3 +129,11 @@ def test_find_training_in_an_empty_or_missing_folder(tmp_path):
     assert find_training(tmp_path / "missing", StartMode.AUTO) == FoundTraining(tmp_path / "missing", False)
     missing = find_training(tmp_path, StartMode.RESUME).problem
     assert missing is not None and "checkpoint not found" in str(missing)
+
+
+def test_a_checkpoint_written_before_a_fingerprint_key_was_added_resumes_on_the_keys_it_holds():
+    current = {**CORPUS, "shard_digests": ["cc"], "dev_digest": "dd", "init_from": {"weights.safetensors": "ee"}}
+    plan = plan_start(CONFIG, StartMode.RESUME, found(checkpoint_of(corpus=CORPUS)), current, 1)
+    assert plan.checkpoint is not None and not plan.clear
+    with pytest.raises(ValueError, match="the corpus changed since the checkpoint \\(shard_digests differs\\)"):
+        plan_start(CONFIG, StartMode.RESUME, found(checkpoint_of(corpus={**current, "shard_digests": ["zz"]})), current, 1)

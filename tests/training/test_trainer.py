@@ -275,6 +275,23 @@ def test_a_run_from_init_from_resumes_only_from_the_same_init_model(toy_corpus, 
     assert done.step == 3 and [r["step"] for r in metric_records(out) if "loss" in r] == [1, 2, 3]
 
 
+def test_a_corpus_prepared_again_with_another_seed_is_not_resumed_though_every_size_is_the_same(tmp_path):
+    from elmo_testing import write_toy_text
+    from spacy_elmo.training.corpus import prepare_corpus
+
+    text, corpus, out = write_toy_text(tmp_path / "toy.txt"), tmp_path / "corpus", tmp_path / "out"
+    prepare_corpus(text, corpus, seed=0, dev_fraction=0.0, test_fraction=0.0)
+    first = {path.name: path.read_text(encoding="utf-8") for path in train_shards(corpus)}
+    pretrain(config_for(corpus, max_steps=2), out, progress_bar=False)
+    prepare_corpus(text, corpus, seed=1, dev_fraction=0.0, test_fraction=0.0)
+    second = {path.name: path.read_text(encoding="utf-8") for path in train_shards(corpus)}
+    assert second != first and {name: len(shard.encode()) for name, shard in second.items()} == {name: len(shard.encode()) for name, shard in first.items()}
+    with pytest.raises(ValueError, match="cannot resume: the corpus changed since the checkpoint \\(shard_digests differs\\)"):
+        pretrain(config_for(corpus, max_steps=4), out, resume=True, progress_bar=False)
+    done = pretrain(config_for(corpus, max_steps=3), out, auto_resume=True, progress_bar=False)  # starts afresh
+    assert done.step == 3 and [r["step"] for r in metric_records(out) if "loss" in r] == [1, 2, 3]
+
+
 def test_a_corpus_whose_preparation_stopped_part_way_is_refused_before_the_training_is_touched(tmp_path, monkeypatch):
     from elmo_testing import write_toy_text
     from spacy_elmo.training import corpus as corpus_module
