@@ -19,6 +19,7 @@ from spacy.language import Language
 from spacy.tokens import Doc
 
 from ..io import is_pipeline
+from ..io.model_dir import read_training_record
 from ..io.staging import write_text_atomically
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
@@ -182,7 +183,7 @@ def model_section(model: PathLike, bilm: BiLM, evaluations: Sequence[PathLike], 
 
 def training_record(folder: Optional[Path]) -> List[str]:
     """The model directory's training.json (step, tokens, dev perplexity at saving)."""
-    record = _read_json(folder / "training.json") if folder else None
+    record = read_training_record(folder) if folder else None
     if record is None:
         return [absent("No training.json in the model directory: no training record.")]
     rows = [(html.escape(key), html.escape(_number(value))) for key, value in record.items()]

@@ -1,7 +1,6 @@
 """`validate`: what a model directory, pipeline, public weight file or training checkpoint
 holds, or every problem found in it."""
 
-import json
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -11,6 +10,7 @@ import typer
 
 from ..io import find_model_dir, load_lm_head, load_model_config
 from ..io.lm_head import HEAD_FILE
+from ..io.model_dir import TRAINING_FILE, read_training_record
 from ..io.validate import (
     CHECKSUM_COVERS,
     Report,
@@ -133,14 +133,10 @@ def check_softmax(model_dir: Path, report: Report) -> None:
 
 def training_facts(model_dir: Path) -> Dict[str, str]:
     """What a pretraining model directory's training.json says, as report facts."""
-    path = model_dir / "training.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    info = read_training_record(model_dir) or {}
     keys = ("step", "tokens", "dev_mean", "max_sentence_tokens")
-    found = [f"{key} {info[key]}" for key in keys if isinstance(info, dict) and key in info]
-    return {"training": ", ".join(found) + f" ({path.name})"} if found else {}
+    found = [f"{key} {info[key]}" for key in keys if key in info]
+    return {"training": ", ".join(found) + f" ({TRAINING_FILE})"} if found else {}
 
 
 def check_file(path: Path, report: Report) -> Optional[BiLM]:

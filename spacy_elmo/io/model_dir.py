@@ -28,6 +28,9 @@ WORDS_FILE = "words.json"
 MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE, WORDS_FILE)
 PIPELINE_CONFIG_FILE = "config.cfg"
 """What makes a folder a saved spaCy pipeline."""
+TRAINING_FILE = "training.json"
+"""What a pretraining records beside a model it saves (step, tokens, dev perplexity,
+sentence-piece length): a JSON object."""
 
 
 def is_model_dir(path: Union[str, Path]) -> bool:
@@ -132,6 +135,16 @@ def model_from_bytes(data: bytes, source: str = "<bytes>") -> BiLM:
     if words is not None and not isinstance(words, list):
         raise ModelFileError(source, "the word vocabulary is not a list of words")
     return _build(header, weights, words, source, source, source)
+
+
+def read_training_record(model_dir: Union[str, Path]) -> Optional[Dict[str, Any]]:
+    """The model directory's training.json; None where it is absent, unreadable or not a
+    JSON object (a model saved by `save_model`, a damaged record)."""
+    try:
+        record = json.loads((Path(model_dir) / TRAINING_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def read_words(path: Path) -> List[str]:

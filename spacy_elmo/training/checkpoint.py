@@ -28,6 +28,7 @@ import torch
 from ..io import ModelFileError, load_lm_head, load_model, save_lm_head, write_model_files
 from ..io.digests import file_digest
 from ..io.lm_head import HEAD_FILE
+from ..io.model_dir import TRAINING_FILE, read_training_record
 from ..io.staging import STAGING_MARK, put_back_retired, staged_directory, write_atomically
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
@@ -193,7 +194,7 @@ def save_trained_model(objective: BiLMObjective, vocab: Vocabulary, model_dir: P
         write_model_files(objective.bilm, staging)
         save_lm_head(objective.head.weight, objective.head.bias, staging)
         vocab.to_file(staging / VOCAB_FILE)
-        (staging / "training.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+        (staging / TRAINING_FILE).write_text(json.dumps(info, indent=2), encoding="utf-8")
 
 
 def remove_staging_leftovers(output_dir: Path) -> None:
@@ -256,11 +257,7 @@ def trained_max_sentence_tokens(model_dir: Union[str, Path]) -> int:
     """The sentence-piece length the model was trained and evaluated with (the config's
     default if `training.json` does not say)."""
     default = BatchingSettings().max_sentence_tokens
-    path = Path(model_dir) / "training.json"
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("max_sentence_tokens")
-    except (OSError, ValueError, AttributeError):
-        return default
+    value = (read_training_record(model_dir) or {}).get("max_sentence_tokens")
     return value if isinstance(value, int) and value > 0 else default
 
 

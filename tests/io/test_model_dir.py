@@ -11,6 +11,7 @@ import torch
 
 from elmo_testing import WORDS, no_space, random_bilm, random_word_bilm
 from spacy_elmo.io import ModelFileError, load_model, model_from_bytes, model_to_bytes, save_model
+from spacy_elmo.io.model_dir import read_training_record
 from spacy_elmo.io.staging import WriteError
 from spacy_elmo.nn.special_tokens import SPECIAL_TOKENS
 
@@ -190,3 +191,10 @@ def test_a_model_is_saved_only_over_a_model_or_an_empty_folder(tmp_path, monkeyp
     with pytest.raises(ValueError, match="empty: holds the working directory"):
         save_model(random_bilm(seed=3), tmp_path / "empty")
     assert_same_weights(random_bilm(), load_model(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("text, expected", [(None, None), ('{"step": 3, "tokens": 120}', {"step": 3, "tokens": 120}), ("{cut", None), ("[3, 120]", None)])
+def test_the_training_record_is_its_json_object_or_none(tmp_path, text, expected):
+    if text is not None:
+        (tmp_path / "training.json").write_text(text, encoding="utf-8")
+    assert read_training_record(tmp_path) == expected
