@@ -1,9 +1,10 @@
 """Docs and their ELMo vectors for the analyses, produced the way the `elmo` component does.
 
-`elmo_pipeline` loads any model the component loads (a model directory, a saved pipeline
-with an `elmo` component, or a public .hdf5 file with its options.json) into a blank
-pipeline of the right language; `read_docs` reads a DocBin or a text file; `embed` runs
-the component over docs with a progress bar, so every analysis sees exactly the vectors
+`elmo_pipeline` loads any model the component loads: a saved pipeline with an `elmo`
+component (its components up to the elmo one, so its sentence boundaries and elmo settings
+hold), or a model directory or a public .hdf5 file with its options.json (into a blank
+English pipeline); `read_docs` reads a DocBin, CoNLL-U, .jsonl or text file; `embed` runs
+the pipeline over docs with a progress bar, so every analysis sees exactly the vectors
 `doc._.elmo` holds.
 """
 
@@ -11,38 +12,55 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 import numpy
-import srsly
 from spacy.language import Language
 from spacy.tokens import Doc, DocBin
 from tqdm import tqdm
 
+from ..io import ModelFileError, is_pipeline
 from ..pipeline.component import elmo_component
 
 PathLike = Union[str, Path]
+ELMO = "elmo"
+"""The elmo component's name in an analysis pipeline (`elmo_component`'s default)."""
 
 
 def elmo_pipeline(model: PathLike, options: Optional[PathLike] = None, **settings: Any) -> Language:
-    """A blank pipeline holding only an `elmo` component for `model`, keeping all layers.
+    """A pipeline that ends with an `elmo` component for `model`, keeping all layers: a saved
+    pipeline's components up to its elmo component (those after it are not loaded; the
+    elmo component is named "elmo"), else a blank English one with only the component.
 
-    settings: `elmo` component settings (e.g. mix="top", batch_tokens=8192)."""
+    settings: `elmo` component settings over the model's (e.g. mix="top", batch_tokens=8192)."""
     import spacy
 
     from ..io import load_bilm
 
-    nlp = spacy.blank(pipeline_language(model))
-    config: Dict[str, Any] = {"weights": str(model), "options": str(options) if options else None}
-    config.update(settings, keep_layers=True)
-    nlp.add_pipe("elmo", config=config)
+    settings = {**settings, "keep_layers": True}
+    if is_pipeline(model):
+        if options:
+            raise ValueError(f"--options is only used with a public .hdf5 file, but {model} is a spaCy pipeline")
+        return _saved_pipeline_up_to_elmo(Path(model), settings)
+    nlp = spacy.blank("en")
+    config: Dict[str, Any] = {"weights": str(model), "options": str(options) if options else None, **settings}
+    nlp.add_pipe(ELMO, config=config)
     elmo_component(nlp).set_bilm(load_bilm(model, options))  # fails here, with the file named, not on first doc
     return nlp
 
 
-def pipeline_language(model: PathLike) -> str:
-    """The language of a saved spaCy pipeline at `model`, else "en"."""
-    meta = Path(model) / "meta.json"
-    if Path(model).is_dir() and meta.is_file():
-        return str(srsly.read_json(meta).get("lang", "en"))
-    return "en"
+def _saved_pipeline_up_to_elmo(path: Path, settings: Dict[str, Any]) -> Language:
+    import spacy
+    from spacy.util import load_config
+
+    from ..io import find_model_dir
+
+    name = find_model_dir(path).name  # spaCy saves a component into a folder of its name
+    names = list(load_config(path / "config.cfg")["nlp"]["pipeline"])
+    if name not in names:
+        raise ModelFileError(path, f"its elmo component's folder {name!r} is not in the pipeline {names}")
+    overrides = {f"components.{name}.{key}": value for key, value in settings.items()}
+    nlp = spacy.load(path, exclude=names[names.index(name) + 1 :], config=overrides)
+    if name != ELMO:
+        nlp.rename_pipe(name, ELMO)
+    return nlp
 
 
 def read_docs(path: PathLike, nlp: Language, limit: int = 0) -> List[Doc]:
@@ -55,8 +73,9 @@ def read_docs(path: PathLike, nlp: Language, limit: int = 0) -> List[Doc]:
 
 def iter_docs(path: PathLike, nlp: Language, limit: int = 0) -> Iterator[Doc]:
     """The docs of a DocBin (.spacy), a CoNLL-U file (.conllu, one sentence per doc, as
-    `spacy convert` makes them) or a text file (one doc per non-empty line, tokenized by
-    `nlp`'s tokenizer, read as it goes); at most `limit` of them when limit > 0."""
+    `spacy convert` makes them), a .jsonl file (each line's `text` field, read as the
+    `corpus` command reads it) or a text file (one doc per non-empty line); text is
+    tokenized by `nlp`'s tokenizer as it is read. At most `limit` docs when limit > 0."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: file not found")
@@ -66,6 +85,10 @@ def iter_docs(path: PathLike, nlp: Language, limit: int = 0) -> Iterator[Doc]:
         from spacy.training.converters import conllu_to_docs
 
         docs = conllu_to_docs(path.read_text(encoding="utf-8"), n_sents=1, no_print=True)
+    elif path.suffix == ".jsonl":
+        from ..training.corpus import CorpusStats, read_documents
+
+        docs = (nlp.make_doc(text) for text in read_documents(path, CorpusStats()))
     else:
         docs = (nlp.make_doc(line.strip()) for line in _lines(path) if line.strip())
     for number, doc in enumerate(docs):
@@ -86,17 +109,20 @@ def check_keeps_layers(nlp: Language) -> None:
 
 
 def embed(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int] = None, desc: str = "embed") -> Iterator[Doc]:
-    """Run `nlp`'s elmo component over `docs` (in order) with a tokens progress bar; each
-    doc comes back with `doc._.elmo.layers` (L+1, n_tokens, 2P) and `.mixed` (n_tokens, 2P).
-    A component that does not keep its layers is refused here, before any doc is read."""
+    """Run `nlp`'s components (an `elmo_pipeline`: those up to its elmo component) over
+    `docs` (in order) with a tokens progress bar; each doc comes back with
+    `doc._.elmo.layers` (L+1, n_tokens, 2P) and `.mixed` (n_tokens, 2P). A component that
+    does not keep its layers is refused here, before any doc is read."""
     check_keeps_layers(nlp)
     return _embedded(nlp, docs, total_tokens, desc)
 
 
 def _embedded(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int], desc: str) -> Iterator[Doc]:
-    elmo = elmo_component(nlp)
+    stream: Iterable[Doc] = docs
+    for _, component in nlp.pipeline:  # each pipe pulls from the one before: no doc waits embedded
+        stream = component.pipe(stream) if hasattr(component, "pipe") else map(component, stream)
     with tqdm(total=total_tokens, unit="tok", unit_scale=True, desc=desc) as bar:
-        for doc in elmo.pipe(docs):
+        for doc in stream:
             bar.update(len(doc))
             yield doc
 
