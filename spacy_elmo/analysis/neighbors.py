@@ -104,12 +104,13 @@ class NeighborIndex:
 
 
 def index_fingerprint(nlp: Language, model: PathLike, options: Optional[PathLike], corpus: PathLike, limit: int) -> Dict[str, Any]:
-    """What an index's vectors depend on: the model files, the corpus file, the doc limit and
-    the pipeline's language (its tokenizer)."""
+    """What an index's vectors depend on: the model files, the corpus file, the doc limit,
+    the pipeline's language (its tokenizer) and its components (a saved pipeline's sentence
+    components run before its elmo one)."""
     corpus = Path(corpus)
     if not corpus.is_file():
         raise ValueError(f"{corpus}: corpus file not found")
-    return {"model": model_digests(model, options), "corpus": file_digest(corpus), "limit": limit, "lang": nlp.lang}
+    return {"model": model_digests(model, options), "corpus": file_digest(corpus), "limit": limit, "lang": nlp.lang, "components": nlp.pipe_names}
 
 
 def default_index_dir(model: PathLike, options: Optional[PathLike], corpus: PathLike, limit: int) -> Path:
@@ -315,7 +316,12 @@ def stale_reason(meta: Dict[str, Any], fingerprint: Dict[str, Any]) -> Optional[
     stored = meta.get("fingerprint")
     if not isinstance(stored, dict):
         return "it has no fingerprint"
-    changes = (("model", "the model changed"), ("corpus", "the corpus changed"), ("lang", "the pipeline language changed"))
+    changes = (
+        ("model", "the model changed"),
+        ("corpus", "the corpus changed"),
+        ("lang", "the pipeline language changed"),
+        ("components", "the components before the elmo one changed"),
+    )
     for key, what in changes:
         if stored.get(key) != fingerprint[key]:
             return what

@@ -114,6 +114,15 @@ def test_another_model_or_limit_rebuilds(nlp, tiny_model_dir, corpus, tmp_path):
     assert index.meta["n_docs"] == 10
 
 
+def test_other_components_before_the_elmo_one_rebuild(nlp, tiny_model_dir, corpus, tmp_path):
+    directory = tmp_path / "index"
+    open_logged(nlp, tiny_model_dir, corpus, directory)
+    with_sentences = elmo_pipeline(tiny_model_dir, similarity_hooks=False)
+    with_sentences.add_pipe("sentencizer", first=True)
+    _, line = open_logged(with_sentences, tiny_model_dir, corpus, directory)
+    assert line == f"rebuilding index {directory}: the components before the elmo one changed"
+
+
 def test_a_missing_layer_is_added_to_the_indexed_ones(nlp, tiny_model_dir, corpus, tmp_path):
     directory = tmp_path / "index"
     open_logged(nlp, tiny_model_dir, corpus, directory, layer=2)
