@@ -29,7 +29,7 @@ from .architectures import has_trained, reads_elmo, set_mix_dims
 from .config import ElmoSettings, LayerCacheMode, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .layer_cache import LayerCache, Words
-from .output import ElmoOutput
+from .output import ElmoOutput, token_offsets
 from .segments import Segment, doc_segments
 from .similarity import set_similarity_hooks
 from .threads import apply_num_threads
@@ -279,10 +279,11 @@ class ElmoComponent(Pipe):
 
     def _store(self, doc: Doc, values: numpy.ndarray) -> None:
         """values: all layers (L + 1, n_tokens, 2P), or the mix (n_tokens, 2P) when layers are not kept."""
+        offsets = token_offsets(doc)
         if self.settings.keep_layers:
-            output = ElmoOutput(mixed=self.mix.apply(values), layers=values)
+            output = ElmoOutput(mixed=self.mix.apply(values), layers=values, offsets=offsets)
         else:
-            output = ElmoOutput(mixed=values)
+            output = ElmoOutput(mixed=values, offsets=offsets)
         doc._.set(DATA_ATTR, output.to_dict())
         if self.settings.similarity_hooks:
             set_similarity_hooks(doc)

@@ -9,29 +9,44 @@ from typing import Optional
 import numpy
 from spacy.tokens import Doc, Span, Token
 
-from .output import ElmoOutput
+from .output import ElmoOutput, token_offsets
 
 DATA_ATTR = "elmo_data"
 
 
 def doc_elmo(doc: Doc) -> Optional[ElmoOutput]:
-    """The doc's ELMo vectors, None if the elmo component has not run on it."""
+    """The doc's ELMo vectors, None if the elmo component has not run on it; a ValueError
+    if the doc was retokenized since."""
+    output = _stored(doc)
+    if output is not None and output.offsets is not None and not numpy.array_equal(output.offsets, token_offsets(doc)):
+        raise _retokenized("its tokens are not those doc._.elmo was computed for")
+    return output
+
+
+def token_elmo(token: Token) -> Optional[numpy.ndarray]:
+    """(2P,) mixed vector of the token, or None if the doc has no ELMo vectors (only this
+    token's row is checked against a retokenization: reading every token stays linear)."""
+    output = _stored(token.doc)
+    if output is None:
+        return None
+    if output.offsets is not None and tuple(output.offsets[token.i]) != (token.idx, token.idx + len(token)):
+        raise _retokenized(f"token {token.i} ({token.text!r}) is not the one doc._.elmo row {token.i} was computed for")
+    return output.mixed[token.i]
+
+
+def _stored(doc: Doc) -> Optional[ElmoOutput]:
+    """The stored vectors, one row per token of the doc (else a ValueError); None if none."""
     data = doc._.get(DATA_ATTR)
     if data is None:
         return None
     output = ElmoOutput.from_dict(data)
     if output.mixed.shape[0] != len(doc):
-        raise ValueError(
-            f"doc._.elmo has {output.mixed.shape[0]} rows but the doc has {len(doc)} tokens: "
-            "the doc was retokenized after the elmo component ran; put elmo after any retokenizer"
-        )
+        raise _retokenized(f"doc._.elmo has {output.mixed.shape[0]} rows but the doc has {len(doc)} tokens")
     return output
 
 
-def token_elmo(token: Token) -> Optional[numpy.ndarray]:
-    """(2P,) mixed vector of the token, or None if the doc has no ELMo vectors."""
-    output = doc_elmo(token.doc)
-    return None if output is None else output.mixed[token.i]
+def _retokenized(what: str) -> ValueError:
+    return ValueError(f"{what}: the doc was retokenized after the elmo component ran; put elmo after any retokenizer")
 
 
 def span_elmo(span: Span) -> Optional[numpy.ndarray]:

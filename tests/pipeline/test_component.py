@@ -230,6 +230,24 @@ def test_retokenizing_after_elmo_is_a_clear_error(nlp):
         _ = doc[2]._.elmo
 
 
+def test_a_retokenization_that_keeps_the_token_count_is_caught_too(nlp):
+    doc = nlp("New York is bigger")
+    is_row = doc._.elmo.mixed[2].copy()
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[2], ["big", "ger"], heads=[(doc[2], 1), doc[1]])
+    assert [t.text for t in doc] == ["New York", "is", "big", "ger"]
+    with pytest.raises(ValueError, match="its tokens are not those doc._.elmo was computed for: the doc was retokenized"):
+        _ = doc._.elmo
+    with pytest.raises(ValueError, match="token 1 \\('is'\\) is not the one doc._.elmo row 1 was computed for"):
+        _ = doc[1]._.elmo
+    with pytest.raises(ValueError, match="retokenized after the elmo component"):
+        _ = doc[1:3]._.elmo
+    del doc.user_data[("._.", "elmo_data", None, None)]["offsets"]  # vectors stored before offsets were kept
+    assert not numpy.array_equal(doc[1]._.elmo, is_row)  # unchecked: only the row count is known then
+
+
 def test_a_retokenizer_before_elmo_is_fine(tiny_model_dir):
     nlp = spacy.blank("en")
     ruler = nlp.add_pipe("entity_ruler")
