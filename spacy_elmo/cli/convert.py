@@ -4,12 +4,12 @@ and `export` (-> public weights)."""
 import json
 from pathlib import Path
 
-import spacy
 import typer
 from spacy.language import Language
 
 from ..io import find_model_dir, is_pipeline, load_model, load_public_model, save_public_model
 from ..io.staging import Replaceable, staged_directory
+from ..languages import blank_language
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors, parse_mix
@@ -59,7 +59,7 @@ def assemble(
 def save_pipeline(bilm: BiLM, output_dir: Path, lang: str, name: str, version: str, mix: str, sentencizer: bool, description: str) -> None:
     """Write a blank `lang` pipeline (plus a sentencizer) whose `elmo` component holds `bilm`."""
     with clean_errors():
-        nlp = spacy.blank(lang)
+        nlp = blank_language(lang)
         if sentencizer:
             nlp.add_pipe("sentencizer")
         nlp.add_pipe("elmo", config={"mix": parse_mix(mix)})

@@ -41,7 +41,7 @@ def demo(
     options: Optional[Path] = typer.Option(None, help="options.json for a public .hdf5 file"),
 ) -> None:
     """Embed a few sentences and print contextual similarities of the word 'bank'."""
-    import spacy
+    from ..analysis.vectors import elmo_pipeline
 
     if weights is None:
         if not PROJECT_MODEL.is_dir():
@@ -51,8 +51,8 @@ def demo(
             )
         weights = PROJECT_MODEL
         typer.echo(f"Using {PROJECT_MODEL.resolve()}.")
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(weights), "options": str(options) if options else None})
+    with clean_errors():
+        nlp = elmo_pipeline(weights, options)
     docs = list(nlp.pipe(text for text, _ in DEMO_PAIRS))
     first = docs[0]
     typer.echo(f"doc._.elmo.layers {first._.elmo.layers.shape}  doc._.elmo.mixed {first._.elmo.mixed.shape}")

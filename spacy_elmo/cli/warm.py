@@ -8,6 +8,7 @@ import typer
 from spacy.language import Language
 
 from ..io import find_model_dir, is_pipeline, load_model, save_model
+from ..languages import blank_language
 from ..nn.warm_state import with_warm_state
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors
@@ -26,7 +27,7 @@ def warm(
     """Store a fixed initial LSTM state computed from warm-up text (see README)."""
     with clean_errors():
         pipeline = model if is_pipeline(model) else None
-        nlp = spacy.load(pipeline) if pipeline else spacy.blank(lang)
+        nlp = spacy.load(pipeline) if pipeline else blank_language(lang)
         sentences = read_warm_up(text, nlp, max_sentences)
         bilm = with_warm_state(load_model(find_model_dir(model)), sentences, rows=rows)
         if pipeline:

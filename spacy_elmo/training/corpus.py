@@ -34,6 +34,7 @@ import srsly
 from spacy.language import Language
 from spacy.tokens import DocBin
 
+from ..languages import blank_language
 from ..nn.special_tokens import SPECIAL_TOKENS
 from .data import PREPARING_MARK, VOCAB_FILE, Vocabulary
 
@@ -245,10 +246,7 @@ def tokenized_sentences(nlp: Language, documents: Iterable[str], stats: CorpusSt
 def sentence_pipeline(lang: str) -> Language:
     """The language's tokenizer (as at inference) plus a rule-based sentencizer; a ValueError
     naming the language where spaCy has none of that code, or lacks its tokenizer's package."""
-    try:
-        nlp = spacy.blank(lang)
-    except ImportError as err:
-        raise ValueError(f"--lang {lang!r}: spaCy cannot make this language's tokenizer here ({err})") from err
+    nlp = blank_language(lang)
     nlp.add_pipe("sentencizer")
     return nlp
 

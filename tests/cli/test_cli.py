@@ -40,17 +40,31 @@ def test_demo_without_a_model_says_where_to_get_one(tmp_path, monkeypatch):
     assert "spacy project run all" in result.output and "--weights" in result.output
 
 
+def test_demo_and_info_on_a_missing_model_name_it(tmp_path):
+    for command in (["demo", "--weights"], ["info"]):
+        result = runner.invoke(app, [*command, str(tmp_path / "absent")])
+        assert result.exit_code == 2  # a usage error, not a traceback
+        assert "absent: weights not found" in plain(result.output)
+
+
+@pytest.mark.parametrize("command", ["assemble", "convert", "warm"])
+def test_an_unknown_language_is_a_one_line_error(command, tiny_model_dir, allennlp_fixture, tmp_path):
+    (tmp_path / "text.txt").write_text("The bank .\n", encoding="utf-8")
+    inputs = {
+        "assemble": [str(tiny_model_dir)],
+        "convert": [str(allennlp_fixture / "options.json"), str(allennlp_fixture / "lm_weights.hdf5")],
+        "warm": [str(tiny_model_dir), str(tmp_path / "text.txt")],
+    }[command]
+    result = runner.invoke(app, [command, *inputs, str(tmp_path / "out"), "--lang", "zz"])
+    assert result.exit_code == 2 and "--lang 'zz': spaCy cannot make this language's tokenizer here" in plain(result.output)
+    assert not (tmp_path / "out").exists()
+
+
 def test_info_prints_the_configuration(tiny_model_dir):
     result = runner.invoke(app, ["info", str(tiny_model_dir)])
     assert result.exit_code == 0, result.output
     assert "lstm_dim" in result.output and "12" in result.output
     assert "parameters" in result.output
-
-
-def test_info_on_a_missing_model_names_it(tmp_path):
-    result = runner.invoke(app, ["info", str(tmp_path / "absent")])
-    assert result.exit_code == 2  # a usage error, not a traceback
-    assert "absent: weights not found" in plain(result.output)
 
 
 RUN_WITH_AN_EXIT_HANDLER = "; ".join(
