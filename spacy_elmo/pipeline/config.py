@@ -106,8 +106,10 @@ class ElmoSettings:
         LayerMix.check_syntax(self.mix)
         if self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")
-        if not 1 <= self.window_size <= self.batch_tokens:
-            raise ValueError(f"window_size must be between 1 and batch_tokens ({self.batch_tokens}), got {self.window_size}")
+        if self.window_size < 1:
+            raise ValueError(f"window_size must be positive, got {self.window_size}")
+        if self.window_size > self.batch_tokens:
+            raise ValueError(f"batch_tokens ({self.batch_tokens}) must be at least window_size ({self.window_size}): a batch holds at least one window")
         if not 0 <= self.window_overlap < self.window_size:
             raise ValueError(f"window_overlap must be at least 0 and below window_size ({self.window_size}), got {self.window_overlap}")
         if self.num_threads < 0:

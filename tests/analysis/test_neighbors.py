@@ -283,6 +283,7 @@ def test_bad_queries_and_an_empty_corpus_are_clear_errors(nlp, tmp_path):
         (["--layer", "0"], "layer 0 is the context-free layer"),
         (["--occurrence", "2"], "'bank' occurs 1 time(s) in the sentence"),
         (["-k", "0"], "--top must be at least 1, not 0"),
+        (["--batch-tokens", "100"], "batch_tokens (100) must be at least window_size (128): a batch holds at least one window"),
     ],
 )
 def test_the_cli_rejects_bad_input_with_the_cause(tiny_model_dir, corpus, tmp_path, extra, message):
