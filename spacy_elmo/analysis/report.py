@@ -24,7 +24,7 @@ from ..io.staging import write_text_atomically
 from ..nn.bilm import BiLM
 from ..pipeline.component import elmo_component
 from . import plots
-from .senses import WordUses, ambiguous_words, sense_map, word_uses
+from .senses import WordUses, ambiguous_words, check_layer, sense_map, word_uses
 from .vectors import elmo_pipeline, embed, read_docs
 
 PathLike = Union[str, Path]
@@ -322,6 +322,7 @@ def senses_section(
 ) -> str:
     if corpus is None:
         return section("Senses", absent("No corpus given (--corpus PATH): no sense maps."))
+    check_layer(nlp, layer)
     docs = read_docs(corpus, nlp, limit)
     docs = list(embed(nlp, docs, total_tokens=sum(len(doc) for doc in docs), desc="embed corpus"))
     intro = f"<p>{len(docs):,} docs of {html.escape(str(corpus))}. "

@@ -15,6 +15,7 @@ import numpy
 from spacy.language import Language
 from spacy.tokens import Doc, Token
 
+from ..pipeline.component import elmo_component
 from .vectors import embed, unit_rows
 
 KMEANS_SEED = 0
@@ -63,7 +64,9 @@ def matches(token: Token, word: str) -> bool:
 
 
 def collect_uses(nlp: Language, docs: Iterable[Doc], word: str, layer: int = -1) -> WordUses:
-    """Embed (with `nlp`'s elmo component) only the docs holding `word`, and gather its uses."""
+    """Embed (with `nlp`'s elmo component) only the docs holding `word`, and gather its uses.
+    A `layer` the model lacks is an error before any doc is read."""
+    check_layer(nlp, layer)
     holding = [doc for doc in docs if any(matches(token, word) for token in doc)]
     total = sum(len(doc) for doc in holding)
     return word_uses(list(embed(nlp, holding, total_tokens=total, desc=f"embed '{word}'")), word, layer)
@@ -108,6 +111,11 @@ def _layers(doc: Doc) -> numpy.ndarray:
     if output is None or output.layers is None:
         raise ValueError("the docs carry no doc._.elmo.layers: embed them with an elmo component keeping its layers")
     return output.layers
+
+
+def check_layer(nlp: Language, layer: int) -> None:
+    """A ValueError unless `nlp`'s elmo component has output layer `layer` (negative counts from the top)."""
+    _layer_index(layer, elmo_component(nlp).bilm.n_output_layers)
 
 
 def _layer_index(layer: int, n_layers: int) -> int:

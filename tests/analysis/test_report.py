@@ -197,6 +197,18 @@ def test_absent_inputs_give_one_line_each(tiny_model_dir, tmp_path, monkeypatch)
     assert kept_after_a_failed_write(tmp_path / "bare.html", text)
 
 
+def test_a_layer_the_model_lacks_is_an_error_before_the_corpus_is_read(tiny_model_dir, tmp_path, monkeypatch):
+    from spacy_elmo.analysis import report
+
+    def unread(*args, **kwargs):
+        raise AssertionError("the corpus was read")
+
+    monkeypatch.setattr(report, "read_docs", unread)
+    with pytest.raises(ValueError, match="layer -4 does not exist: the model has layers 0..2"):
+        write_report(tiny_model_dir, tmp_path / "r.html", corpus=tmp_path / "corpus.txt", layer=-4)
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_a_probe_report_beside_the_model_is_found(project, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(project / "training" / "model-best", run / "model-best")

@@ -87,6 +87,15 @@ def test_collect_uses_embeds_only_the_docs_holding_the_word(tiny_nlp, embedded, 
     numpy.testing.assert_allclose(uses.vectors, word_uses(embedded, "bank").vectors, atol=1e-5)
 
 
+def test_a_layer_the_model_lacks_is_an_error_before_any_doc_is_read(tiny_nlp):
+    def unread():
+        raise AssertionError("a doc was read")
+        yield
+
+    with pytest.raises(ValueError, match="layer 3 does not exist: the model has layers 0..2"):
+        collect_uses(tiny_nlp, unread(), "bank", layer=3)
+
+
 def naive_pca(points, k):
     """Eigenvectors of the covariance matrix, largest eigenvalue first."""
     values, vectors = numpy.linalg.eigh(numpy.cov(points, rowvar=False))
