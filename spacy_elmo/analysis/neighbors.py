@@ -170,9 +170,14 @@ def build_index(nlp: Language, corpus: PathLike, directory: PathLike, layers: Se
     _remove_index_folder(partial)
     partial.mkdir(parents=True)
     writer = IndexWriter(partial, count, layers, bilm.config.output_dim)
-    for doc in docs:
-        writer.add(doc)
-    writer.finish()
+    try:
+        for doc in docs:
+            writer.add(doc)
+        writer.finish()
+    except BaseException:  # Ctrl-C too: no half-built folder of preallocated layer files stays behind
+        writer.sentences.close()
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     meta = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,

@@ -253,6 +253,33 @@ def test_a_corpus_that_changes_between_the_counting_and_the_indexing_pass_is_an_
         writer.finish()
 
 
+def test_an_interrupted_rebuild_leaves_the_previous_index_and_no_partial_folder(nlp, tiny_model_dir, corpus, tmp_path, built, monkeypatch):
+    directory = tmp_path / "index"
+    open_logged(nlp, tiny_model_dir, corpus, directory)
+    opened = []
+    real_init, real_add = IndexWriter.__init__, IndexWriter.add
+
+    def init(writer, *args, **kwargs):
+        real_init(writer, *args, **kwargs)
+        opened.append(writer)
+
+    def add_then_interrupt(writer, doc):
+        if writer.n_docs == 2:
+            raise KeyboardInterrupt
+        real_add(writer, doc)
+
+    monkeypatch.setattr(IndexWriter, "__init__", init)
+    monkeypatch.setattr(IndexWriter, "add", add_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        open_index(nlp, tiny_model_dir, corpus, directory, 2, limit=10, log=lambda line: None)
+    assert opened[0].sentences.closed and sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("index")) == ["index"]
+    monkeypatch.undo()
+    index, line = open_logged(nlp, tiny_model_dir, corpus, directory)
+    assert line.startswith("reusing index")
+    query = embed_query(nlp, QUERY, "bank").layers
+    assert results(index, query) == results(built, query)
+
+
 def test_layers_resolve_from_the_top_and_bad_layers_are_clear_errors():
     assert resolve_layer(-1, 3) == 2 and resolve_layer(-2, 3) == 1 and resolve_layer(1, 3) == 1
     with pytest.raises(ValueError, match=r"layer -3 \(layer 0\) is the context-free layer, whose nearest words are always"):
