@@ -216,6 +216,8 @@ def _build(header: Any, weights: bytes, words: Optional[List[str]], config_sourc
             raise ModelFileError(weights_source, f"{name} has shape {array.shape}, the configuration calls for {tuple(expected[name].shape)}")
         if array.dtype.kind != "f":
             raise ModelFileError(weights_source, f"{name} has dtype {array.dtype}, expected floating point")
+        if not numpy.all(numpy.isfinite(array)):
+            raise ModelFileError(weights_source, f"{name} holds NaN or infinite values")
     bilm.load_state_dict({name: torch.from_numpy(array.astype(numpy.float32)) for name, array in arrays.items()})
     return bilm.eval()
 

@@ -13,18 +13,18 @@ def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
     """Map a parsed options dict to a `BiLMConfig`; KeyError/ValueError on bad content."""
     lstm, cnn = options["lstm"], options["char_cnn"]
     check_character_count(cnn.get("n_characters", N_CHARACTER_IDS), "char_cnn.n_characters")
-    return BiLMConfig(
-        filters=tuple(tuple(f) for f in cnn["filters"]),
-        char_embedding_dim=int(cnn["embedding"]["dim"]),
-        n_highway=int(cnn["n_highway"]),
+    return BiLMConfig(  # BiLMConfig checks the types: "false" is not read as true, nor 2.5 as 2
+        filters=cnn["filters"],
+        char_embedding_dim=cnn["embedding"]["dim"],
+        n_highway=cnn["n_highway"],
         activation=cnn.get("activation", "relu"),
-        max_characters_per_token=int(cnn.get("max_characters_per_token", 50)),
-        lstm_dim=int(lstm["dim"]),
-        projection_dim=int(lstm["projection_dim"]),
-        n_layers=int(lstm["n_layers"]),
-        cell_clip=_optional_float(lstm.get("cell_clip")),
-        proj_clip=_optional_float(lstm.get("proj_clip")),
-        use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+        max_characters_per_token=cnn.get("max_characters_per_token", 50),
+        lstm_dim=lstm["dim"],
+        projection_dim=lstm["projection_dim"],
+        n_layers=lstm["n_layers"],
+        cell_clip=lstm.get("cell_clip"),
+        proj_clip=lstm.get("proj_clip"),
+        use_skip_connections=lstm.get("use_skip_connections", False),
     )
 
 
@@ -76,7 +76,3 @@ def read_options(path: Union[str, Path]) -> BiLMConfig:
 
 def write_options(config: BiLMConfig, path: Union[str, Path]) -> None:
     Path(path).write_text(json.dumps(options_from_config(config), indent=2), encoding="utf-8")
-
-
-def _optional_float(value: Any) -> Any:
-    return None if value is None else float(value)

@@ -1,7 +1,7 @@
 """Hyperparameters of an ELMo biLM, independent of any file format."""
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Literal, Optional, Tuple, get_args
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, get_args
 
 from .chars import check_character_count
 
@@ -41,7 +41,15 @@ class BiLMConfig:
     """True when the model carries a fixed initial LSTM state (see `nn.warm_state`)."""
 
     def __post_init__(self) -> None:
+        type_problems = _type_problems(self)
+        if type_problems:  # the checks below compare numbers
+            raise ValueError("Invalid biLM configuration: " + "; ".join(type_problems))
         object.__setattr__(self, "filters", tuple((int(w), int(n)) for w, n in self.filters))
+        for name in INTEGER_FIELDS:  # 2 and 2.0 are one setting
+            object.__setattr__(self, name, int(getattr(self, name)))
+        for name in CLIP_FIELDS:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
         problems = []
         if self.token_encoder not in TOKEN_ENCODERS:
             problems.append(f"token_encoder must be one of {TOKEN_ENCODERS}, got {self.token_encoder!r}")
@@ -97,6 +105,31 @@ class BiLMConfig:
         if unknown:
             raise ValueError(f"Unknown biLM configuration keys: {unknown}")
         return cls(**known)
+
+
+INTEGER_FIELDS = ("char_embedding_dim", "n_highway", "max_characters_per_token", "lstm_dim", "projection_dim", "n_layers")
+BOOLEAN_FIELDS = ("use_skip_connections", "warm_state")
+CLIP_FIELDS = ("cell_clip", "proj_clip")
+
+
+def _is_integer(value: Any) -> bool:
+    """An int, or a float with no fractional part (2.0); not a bool."""
+    return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+
+
+def _type_problems(config: BiLMConfig) -> List[str]:
+    """What in `config` has the wrong type (a file's 2.5 for a layer count, "false" for a
+    flag, which would otherwise load as True)."""
+    problems = [f"{name} must be an integer, got {getattr(config, name)!r}" for name in INTEGER_FIELDS if not _is_integer(getattr(config, name))]
+    problems += [f"{name} must be true or false, got {getattr(config, name)!r}" for name in BOOLEAN_FIELDS if not isinstance(getattr(config, name), bool)]
+    for name in CLIP_FIELDS:
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            problems.append(f"{name} must be a number or None, got {value!r}")
+    filters = config.filters
+    if not isinstance(filters, (list, tuple)) or not all(isinstance(f, (list, tuple)) and len(f) == 2 and all(map(_is_integer, f)) for f in filters):
+        problems.append(f"filters must be (width, count) pairs of integers, got {filters!r}")
+    return problems
 
 
 def without_legacy_keys(data: Dict[str, Any]) -> Dict[str, Any]:

@@ -63,6 +63,23 @@ def test_weights_of_another_shape_are_rejected(tmp_path):
         load_model(tmp_path / "model")
 
 
+def test_a_config_value_of_the_wrong_type_or_nan_weights_are_named(tmp_path):
+    save_model(random_bilm(), tmp_path / "model")
+    config_path = tmp_path / "model" / "config.json"
+    header = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**header, "bilm": {**header["bilm"], "use_skip_connections": "false"}}))
+    with pytest.raises(ModelFileError, match="config.json: .*use_skip_connections must be true or false, got 'false'"):
+        load_model(tmp_path / "model")
+    config_path.write_text(json.dumps(header))
+    arrays = dict(numpy.load(tmp_path / "model" / "weights.npz"))
+    name = sorted(arrays)[0]
+    arrays[name] = arrays[name].copy()
+    arrays[name].flat[0] = numpy.nan
+    numpy.savez(tmp_path / "model" / "weights.npz", **arrays)
+    with pytest.raises(ModelFileError, match=f"weights.npz: {name} holds NaN or infinite values"):
+        load_model(tmp_path / "model")
+
+
 def test_pickled_objects_are_never_loaded(tmp_path):
     """An archive that smuggles an object array is refused, not unpickled."""
     save_model(random_bilm(), tmp_path / "model")

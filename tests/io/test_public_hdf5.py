@@ -99,6 +99,15 @@ def test_training_options_with_261_characters_load(tmp_path, allennlp_fixture):
     numpy.testing.assert_array_equal(embed(a), embed(b))
 
 
+def test_options_of_the_wrong_type_are_named_not_converted(tmp_path, allennlp_fixture):
+    options = json.loads((allennlp_fixture / "options.json").read_text())
+    options["lstm"]["use_skip_connections"] = "false"
+    options["lstm"]["n_layers"] = 2.5
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    with pytest.raises(ModelFileError, match="options.json.*n_layers must be an integer, got 2.5; use_skip_connections must be true or false"):
+        load_public_model(tmp_path / "options.json", allennlp_fixture / "lm_weights.hdf5")
+
+
 def test_options_with_another_character_count_name_the_key(tmp_path, allennlp_fixture):
     options = json.loads((allennlp_fixture / "options.json").read_text())
     options["char_cnn"]["n_characters"] = 300

@@ -94,6 +94,27 @@ def test_filters_are_normalized_to_int_tuples():
     assert all(type(v) is int for pair in config.filters for v in pair)
 
 
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"n_layers": 2.5}, "n_layers must be an integer, got 2.5"),
+        ({"lstm_dim": "12"}, "lstm_dim must be an integer, got '12'"),
+        ({"n_highway": True}, "n_highway must be an integer, got True"),
+        ({"use_skip_connections": "false"}, "use_skip_connections must be true or false, got 'false'"),
+        ({"cell_clip": "3"}, "cell_clip must be a number or None, got '3'"),
+        ({"filters": [[1, 4], [2, 8.5]]}, "filters must be \\(width, count\\) pairs of integers"),
+    ],
+)
+def test_values_of_the_wrong_type_are_named_not_converted(change, message):
+    with pytest.raises(ValueError, match=f"Invalid biLM configuration: {message}"):
+        tiny(**change)
+
+
+def test_whole_numbers_written_as_floats_are_integers():
+    config = tiny(n_layers=2.0, lstm_dim=12.0, cell_clip=3)
+    assert config == tiny(n_layers=2, lstm_dim=12, cell_clip=3.0) and type(config.n_layers) is int and type(config.cell_clip) is float
+
+
 def test_config_is_frozen():
     config = tiny()
     with pytest.raises(dataclasses.FrozenInstanceError):
