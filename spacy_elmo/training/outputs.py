@@ -24,6 +24,15 @@ def holds_training(output_dir: Path) -> bool:
     return any((output_dir / name).exists() for name in OUTPUTS)
 
 
+def check_not_an_output(path: Path, output_dir: Path, setting: str) -> None:
+    """A ValueError if `path` lies in what a training in `output_dir` writes (its
+    model-best/, checkpoints/, ...): the run would replace what it reads."""
+    for name in OUTPUTS:
+        output = (output_dir / name).resolve()
+        if path.resolve() == output or output in path.resolve().parents:
+            raise ValueError(f"{setting} ({path}) lies in {output_dir / name}, which this training writes: copy the model elsewhere first")
+
+
 def clear_training(output_dir: Union[str, Path]) -> None:
     """Remove what a training wrote into `output_dir` (checkpoints, models, metrics),
     including folders a crash left staged or half-swapped; anything else there stays."""

@@ -25,8 +25,8 @@ class StartMode(enum.Enum):
     OVERWRITE = "overwrite"
     """Remove the training there and start afresh."""
     AUTO = "auto"
-    """Resume where last.pt fits this config and corpus, else replace the training there
-    (the project's `pretrain` command). An unreadable last.pt is still an error."""
+    """Resume where the checkpoint fits this config and corpus, else replace the training
+    there (the project's `pretrain` command). An unreadable last.pt is still an error."""
 
     @classmethod
     def from_flags(cls, resume: bool, overwrite: bool, auto_resume: bool) -> "StartMode":
@@ -42,7 +42,8 @@ class FoundTraining:
     output_dir: Path
     has_outputs: bool
     checkpoint: Optional[Dict[str, Any]] = None
-    """checkpoints/last.pt, read when the mode may resume it and it could be read."""
+    """checkpoints/last.pt (best.pt where a run stopped before its first last.pt), read when
+    the mode may resume it and it could be read."""
     problem: Optional[ModelFileError] = None
     """Why last.pt could not be read, when it was to be."""
 
@@ -60,10 +61,14 @@ class StartPlan:
 
 
 def find_training(output_dir: Path, mode: StartMode) -> FoundTraining:
-    """Look into `output_dir`, reading checkpoints/last.pt only when `mode` may resume it.
+    """Look into `output_dir`, reading its checkpoint only when `mode` may resume it:
+    checkpoints/last.pt, or best.pt where there is no last.pt (a run stopped between its
+    first evaluation and its first checkpoint: best.pt holds the whole state of its step).
     A damaged or foreign last.pt's problem points to best.pt."""
     has_outputs = holds_training(output_dir)
     last, best = (output_dir / CHECKPOINTS_DIR / name for name in (LAST_CHECKPOINT, BEST_CHECKPOINT))
+    if not last.is_file() and best.is_file():
+        last = best
     if mode not in (StartMode.RESUME, StartMode.AUTO) or (mode is StartMode.AUTO and not last.is_file()):
         return FoundTraining(output_dir, has_outputs)
     try:
@@ -91,7 +96,7 @@ def plan_start(config: PretrainConfig, mode: StartMode, found: FoundTraining, co
         return StartPlan(resumed_config(config, found.checkpoint, corpus, world_size), found.checkpoint)
     if mode is StartMode.AUTO:
         if found.checkpoint is None:
-            return StartPlan(config, clear=True)
+            return StartPlan(config, clear=True, discarded="it holds no checkpoint to resume" if found.has_outputs else "")
         try:
             return StartPlan(resumed_config(config, found.checkpoint, corpus, world_size), found.checkpoint)
         except ValueError as err:
@@ -119,7 +124,10 @@ def resumed_config(config: PretrainConfig, checkpoint: Dict[str, Any], corpus: D
         current["model"] = saved["model"]
     current["head"]["bias_init"] = saved["head"]["bias_init"]
     changeable = set(resumable_keys()) - ({config.schedule.budget_key} if config.schedule.decay == "linear" else set())
-    for section in saved:
+    for key in ("init_from", "init_options"):  # their files are compared above; the spelling of a path may change
+        if (saved["paths"].get(key) is None) != (current["paths"].get(key) is None):
+            raise ValueError(f"cannot resume: [paths] {key} was {saved['paths'].get(key)!r}, is now {current['paths'].get(key)!r}")
+    for section in saved.keys() - {"paths"}:
         for key in sorted(set(saved[section]) | set(current[section])):
             if saved[section].get(key) != current[section].get(key) and not (section == "training" and key in changeable):
                 raise ValueError(f"cannot resume: [{section}] {key} was {saved[section].get(key)!r}, is now {current[section].get(key)!r}")

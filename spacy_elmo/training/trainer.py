@@ -69,7 +69,7 @@ from .distributed import (
 )
 from .nonfinite import NonFiniteTraining, agree_on_step
 from .optim import learning_rate_factor, make_optimizer
-from .outputs import PRETRAIN_CONFIG_FILE, append_metrics, clear_training, truncate_metrics
+from .outputs import PRETRAIN_CONFIG_FILE, append_metrics, check_not_an_output, clear_training, truncate_metrics
 from .perplexity import NLLSums, Perplexity, nll_sums, perplexity_of
 from .signals import StopRequest, TrainingInterrupted
 from .start import StartMode, StartPlan, find_training, plan_start
@@ -105,8 +105,8 @@ class Trainer:
         self._set_up_process(config)
         shards = self._read_corpus(config)
         plan = plan_start(config, mode, find_training(self.output_dir, mode), self.corpus, self.process.world_size)
+        self.config, self.objective = self._build_objective(plan)  # before the folder is cleared: a bad init model keeps the old run
         self._prepare_folder(plan)
-        self.config, self.objective = self._build_objective(plan)
         settings = self.config.training
         self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.config.optimizer, self.parameters)
@@ -152,6 +152,8 @@ class Trainer:
         `paths.init_from` model) and the dev sentences; the training shards, which the batch
         stream reads as it goes."""
         corpus = Path(config.paths.corpus)
+        if config.paths.init_from is not None:
+            check_not_an_output(Path(config.paths.init_from), self.output_dir, "paths.init_from")
         self.vocab = Vocabulary.from_file(corpus / VOCAB_FILE)
         shards = train_shards(corpus)
         dev_path = corpus / "dev.txt"
@@ -232,9 +234,10 @@ class Trainer:
                     self._count_step(*result, time.perf_counter() - step_start)
                     bar.update(1)
                     self._after_step(bar)  # collective
-            if self.progress.evaluated_step != self.progress.step and self._evaluate_and_keep_best(bar):  # collective
+            evaluates_at_end = self.progress.evaluated_step != self.progress.step
+            if evaluates_at_end and self._evaluate_and_keep_best(bar):  # collective
                 self._checkpoint(BEST_CHECKPOINT)  # collective
-            if self._checkpointed_step != self.progress.step:
+            if evaluates_at_end or self._checkpointed_step != self.progress.step:  # last.pt holds the final best too
                 self._checkpoint(LAST_CHECKPOINT)  # collective
             if not self.dev and self.process.is_main:
                 self._save_model(MODEL_BEST, {})

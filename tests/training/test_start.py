@@ -101,8 +101,10 @@ def test_an_unreadable_checkpoint_is_an_error_in_every_mode_that_reads_it():
 def test_auto_resumes_what_fits_and_replaces_what_does_not():
     fits = plan_start(CONFIG, StartMode.AUTO, found(checkpoint_of()), CORPUS, 1)
     assert fits.checkpoint is not None and not fits.clear and not fits.discarded
-    nothing = plan_start(CONFIG, StartMode.AUTO, found(None), CORPUS, 1)
+    nothing = plan_start(CONFIG, StartMode.AUTO, found(None, has_outputs=False), CORPUS, 1)
     assert nothing.clear and nothing.checkpoint is None and not nothing.discarded
+    uncheckpointed = plan_start(CONFIG, StartMode.AUTO, found(None), CORPUS, 1)  # said in the log, not replaced silently
+    assert uncheckpointed.clear and uncheckpointed.discarded == "it holds no checkpoint to resume"
     changed = plan_start(with_training(CONFIG, seed=9), StartMode.AUTO, found(checkpoint_of()), CORPUS, 1)
     assert changed.clear and changed.checkpoint is None and "[training] seed was 0, is now 9" in changed.discarded
 
@@ -137,3 +139,17 @@ def test_a_checkpoint_written_before_a_fingerprint_key_was_added_resumes_on_the_
     assert plan.checkpoint is not None and not plan.clear
     with pytest.raises(ValueError, match="the corpus changed since the checkpoint \\(shard_digests differs\\)"):
         plan_start(CONFIG, StartMode.RESUME, found(checkpoint_of(corpus={**current, "shard_digests": ["zz"]})), current, 1)
+
+
+def test_a_path_spelled_otherwise_resumes_and_an_init_model_set_or_unset_does_not():
+    respelled = dataclasses.replace(CONFIG, paths=dataclasses.replace(CONFIG.paths, corpus=CONFIG.paths.corpus + "/"))
+    assert plan_start(respelled, StartMode.RESUME, found(checkpoint_of()), CORPUS, 1).config == respelled
+    adapted = dataclasses.replace(CONFIG, paths=dataclasses.replace(CONFIG.paths, init_from="base/model-best"))
+    with pytest.raises(ValueError, match="cannot resume: \\[paths\\] init_from was None, is now 'base/model-best'"):
+        plan_start(adapted, StartMode.RESUME, found(checkpoint_of()), CORPUS, 1)
+
+
+def test_best_pt_is_resumed_where_a_run_stopped_before_its_first_last_pt(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.pt").write_bytes(b"junk")
+    assert "best.pt" in str(find_training(tmp_path, StartMode.AUTO).problem)  # read, not passed over

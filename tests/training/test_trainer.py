@@ -91,6 +91,47 @@ def test_resuming_with_a_larger_budget_equals_one_longer_run(toy_corpus, tmp_pat
     assert losses[0] == losses[1] and len(losses[0]) == 24
 
 
+def test_last_pt_holds_the_best_of_an_evaluation_at_the_end_that_follows_its_checkpoint(toy_corpus, tmp_path):
+    pretrain(config_for(toy_corpus, max_steps=20, eval_every=15, checkpoint_every=10), tmp_path / "out", progress_bar=False)
+    dev = [(r["step"], r["dev_mean"]) for r in metric_records(tmp_path / "out") if "dev_mean" in r]
+    assert [step for step, _ in dev] == [15, 20]
+    progress = load_checkpoint(tmp_path / "out" / "checkpoints" / "last.pt")["progress"]
+    best_step, best = min(dev, key=lambda record: record[1])
+    assert (progress["step"], progress["evaluated_step"]) == (20, 20)
+    assert (progress["best_step"], progress["best_dev_perplexity"]) == (best_step, best)
+
+
+def test_a_bad_or_overwritten_init_model_never_costs_the_training_in_the_folder(toy_corpus, tmp_path):
+    out = tmp_path / "out"
+    pretrain(config_for(toy_corpus, max_steps=2), out, progress_bar=False)
+    before = sorted(path.name for path in out.iterdir())
+
+    def adapt(init_from):
+        return with_overrides(toy_corpus, {"paths.init_from": str(init_from)}, max_steps=2)
+
+    with pytest.raises(ValueError, match="paths.init_from .* lies in .*model-best, which this training writes: copy the model elsewhere first"):
+        pretrain(adapt(out / "model-best"), out, overwrite=True, progress_bar=False)
+    shutil.copytree(out / "model-best", tmp_path / "damaged")
+    (tmp_path / "damaged" / "weights.npz").write_bytes((out / "model-best" / "weights.npz").read_bytes()[:100])
+    with pytest.raises(ModelFileError, match="damaged/weights.npz: not a readable weight archive"):
+        pretrain(adapt(tmp_path / "damaged"), out, overwrite=True, progress_bar=False)
+    assert sorted(path.name for path in out.iterdir()) == before and (out / "model-best" / "weights.npz").is_file()
+
+
+def test_a_run_stopped_before_its_first_last_pt_resumes_from_best_pt_exactly(toy_corpus, tmp_path):
+    pretrain(config_for(toy_corpus, max_steps=6, eval_every=2, checkpoint_every=50), tmp_path / "straight", progress_bar=False)
+    pretrain(config_for(toy_corpus, max_steps=4, eval_every=2, checkpoint_every=50), tmp_path / "cut", progress_bar=False)
+    assert load_checkpoint(tmp_path / "cut" / "checkpoints" / "best.pt")["progress"]["step"] == 4
+    (tmp_path / "cut" / "checkpoints" / "last.pt").unlink()  # as a kill between the two writes leaves it
+    shutil.rmtree(tmp_path / "cut" / "model-last")
+    first_steps = (tmp_path / "cut" / "metrics.jsonl").read_text()  # their timings differ from any new run's
+    done = pretrain(config_for(toy_corpus, max_steps=6, eval_every=2, checkpoint_every=50), tmp_path / "cut", auto_resume=True, progress_bar=False)
+    assert done.step == 6 and [r["step"] for r in metric_records(tmp_path / "cut") if "loss" in r] == list(range(1, 7))
+    assert (tmp_path / "cut" / "metrics.jsonl").read_text().startswith(first_steps)
+    straight, resumed = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(tmp_path / "cut" / "model-last")
+    assert all(numpy.array_equal(straight[name], resumed[name]) for name in straight)
+
+
 def test_a_training_is_not_overwritten_or_resumed_with_another_config(toy_corpus, tmp_path):
     pretrain(config_for(toy_corpus, max_steps=2), tmp_path / "out", progress_bar=False)
     with pytest.raises(ValueError, match="--resume"):
