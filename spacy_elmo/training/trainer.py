@@ -108,6 +108,13 @@ class Trainer:
         self.config, self.objective = self._build_objective(plan)  # before the folder is cleared: a bad init model keeps the old run
         self._prepare_folder(plan)
         settings = self.config.training
+        if 0 < settings.max_steps <= self.config.schedule.warmup_steps:
+            logger.warning(
+                "training.max_steps (%d) ends the run inside its warmup (schedule.warmup_steps %d): the learning rate never reaches %g",
+                settings.max_steps,
+                self.config.schedule.warmup_steps,
+                self.config.optimizer.learning_rate,
+            )
         self.parameters = [p for p in self.objective.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.config.optimizer, self.parameters)
         torch.manual_seed(settings.seed * 1_000 + self.process.rank)  # dropout and sampling differ per process

@@ -68,3 +68,25 @@ def test_optimizers_follow_the_settings():
     assert adagrad.defaults["initial_accumulator_value"] == 1.0 and adagrad.defaults["lr"] == 0.2
     adam = make_optimizer(OptimizerSettings(name="adam", learning_rate=0.001, beta2=0.98), params)
     assert isinstance(adam, torch.optim.Adam) and adam.defaults["betas"] == (0.9, 0.98)
+
+
+@pytest.mark.parametrize("name, kind", [("adagrad", "Adagrad"), ("adam", "Adam")])
+def test_a_torch_without_the_fused_step_gets_the_multi_tensor_one(name, kind, monkeypatch):
+    real = getattr(torch.optim, kind)
+
+    class WithoutFused(real):  # as torch before 2.4 on the CPU, or a device without the kernel
+        def __init__(self, params, fused=None, **options):
+            if fused:
+                raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+            super().__init__(params, **options)
+
+    settings = OptimizerSettings(name=name, learning_rate=0.1)
+    fused = make_optimizer(settings, [torch.nn.Parameter(torch.ones(3))])
+    assert fused.defaults["fused"] is True
+    monkeypatch.setattr(torch.optim, kind, WithoutFused)
+    param = torch.nn.Parameter(torch.ones(3))
+    fallback = make_optimizer(settings, [param])
+    assert fallback.defaults["foreach"] is True and not fallback.defaults["fused"]
+    param.grad = torch.ones(3)
+    fallback.step()
+    assert torch.all(param < 1)

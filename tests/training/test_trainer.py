@@ -444,3 +444,11 @@ def test_a_checkpoint_from_before_a_model_key_existed_resumes_with_its_default(t
     torch.save(checkpoint, path)
     done = pretrain(with_overrides(toy_corpus, {"model.token_encoder": "characters"}, max_steps=4), tmp_path / "out", resume=True, progress_bar=False)
     assert done.step == 4
+
+
+def test_a_step_budget_inside_the_warmup_is_warned_about(toy_corpus, tmp_path, caplog):
+    pretrain(with_overrides(toy_corpus, {"schedule.warmup_steps": 4}, max_steps=4), tmp_path / "inside", progress_bar=False)
+    assert "training.max_steps (4) ends the run inside its warmup (schedule.warmup_steps 4)" in caplog.text
+    caplog.clear()
+    pretrain(with_overrides(toy_corpus, {"schedule.warmup_steps": 3}, max_steps=4), tmp_path / "past", progress_bar=False)
+    assert "inside its warmup" not in caplog.text
