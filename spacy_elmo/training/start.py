@@ -67,21 +67,21 @@ def find_training(output_dir: Path, mode: StartMode) -> FoundTraining:
     A damaged or foreign last.pt's problem points to best.pt."""
     has_outputs = holds_training(output_dir)
     last, best = (output_dir / CHECKPOINTS_DIR / name for name in (LAST_CHECKPOINT, BEST_CHECKPOINT))
-    if not last.is_file() and best.is_file():
-        last = best
-    if mode not in (StartMode.RESUME, StartMode.AUTO) or (mode is StartMode.AUTO and not last.is_file()):
+    checkpoint = last if last.is_file() or not best.is_file() else best
+    if mode not in (StartMode.RESUME, StartMode.AUTO) or (mode is StartMode.AUTO and not checkpoint.is_file()):
         return FoundTraining(output_dir, has_outputs)
     try:
-        return FoundTraining(output_dir, has_outputs, load_checkpoint(last))
+        return FoundTraining(output_dir, has_outputs, load_checkpoint(checkpoint))
     except ModelFileError as err:
-        if not last.is_file():
+        if not checkpoint.is_file():
             return FoundTraining(output_dir, has_outputs, problem=err)
-        fallback = (
-            f"{best} holds the state at the best dev perplexity: copy it over {last} to resume from there"
-            if best.is_file()
-            else f"there is no {best} to fall back on: --overwrite starts afresh"
-        )
-        return FoundTraining(output_dir, has_outputs, problem=ModelFileError(last, f"{err.problem}; {fallback}"))
+        if checkpoint == best:
+            fallback = f"there is no {last} either: --overwrite starts afresh"
+        elif best.is_file():
+            fallback = f"{best} holds the state at the best dev perplexity: copy it over {last} to resume from there"
+        else:
+            fallback = f"there is no {best} to fall back on: --overwrite starts afresh"
+        return FoundTraining(output_dir, has_outputs, problem=ModelFileError(checkpoint, f"{err.problem}; {fallback}"))
 
 
 def plan_start(config: PretrainConfig, mode: StartMode, found: FoundTraining, corpus: Dict[str, Any], world_size: int) -> StartPlan:

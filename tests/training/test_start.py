@@ -152,4 +152,5 @@ def test_a_path_spelled_otherwise_resumes_and_an_init_model_set_or_unset_does_no
 def test_best_pt_is_resumed_where_a_run_stopped_before_its_first_last_pt(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "best.pt").write_bytes(b"junk")
-    assert "best.pt" in str(find_training(tmp_path, StartMode.AUTO).problem)  # read, not passed over
+    problem = str(find_training(tmp_path, StartMode.AUTO).problem)  # read, not passed over
+    assert "best.pt" in problem and "last.pt either: --overwrite starts afresh" in problem
