@@ -178,7 +178,7 @@ class Trainer:
         if plan.discarded:
             logger.warning("starting afresh in %s: %s", self.output_dir, plan.discarded)
         elif plan.checkpoint is not None:
-            logger.info("resuming the training in %s", self.output_dir)
+            logger.info("resuming the training in %s at step %d", self.output_dir, plan.checkpoint["progress"]["step"])
         barrier(self.process)  # collective: every process has read the folder before rank 0 changes it
         if self.process.is_main:
             if plan.clear:

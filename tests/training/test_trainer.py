@@ -118,7 +118,8 @@ def test_a_bad_or_overwritten_init_model_never_costs_the_training_in_the_folder(
     assert sorted(path.name for path in out.iterdir()) == before and (out / "model-best" / "weights.npz").is_file()
 
 
-def test_a_run_stopped_before_its_first_last_pt_resumes_from_best_pt_exactly(toy_corpus, tmp_path):
+def test_a_run_stopped_before_its_first_last_pt_resumes_from_best_pt_exactly(toy_corpus, tmp_path, caplog):
+    caplog.set_level("INFO")
     pretrain(config_for(toy_corpus, max_steps=6, eval_every=2, checkpoint_every=50), tmp_path / "straight", progress_bar=False)
     pretrain(config_for(toy_corpus, max_steps=4, eval_every=2, checkpoint_every=50), tmp_path / "cut", progress_bar=False)
     assert load_checkpoint(tmp_path / "cut" / "checkpoints" / "best.pt")["progress"]["step"] == 4
@@ -128,6 +129,7 @@ def test_a_run_stopped_before_its_first_last_pt_resumes_from_best_pt_exactly(toy
     done = pretrain(config_for(toy_corpus, max_steps=6, eval_every=2, checkpoint_every=50), tmp_path / "cut", auto_resume=True, progress_bar=False)
     assert done.step == 6 and [r["step"] for r in metric_records(tmp_path / "cut") if "loss" in r] == list(range(1, 7))
     assert (tmp_path / "cut" / "metrics.jsonl").read_text().startswith(first_steps)
+    assert f"resuming the training in {tmp_path / 'cut'} at step 4" in caplog.text
     straight, resumed = saved_weights(tmp_path / "straight" / "model-last"), saved_weights(tmp_path / "cut" / "model-last")
     assert all(numpy.array_equal(straight[name], resumed[name]) for name in straight)
 
