@@ -149,7 +149,7 @@ def test_a_path_spelled_otherwise_resumes_and_an_init_model_set_or_unset_does_no
         plan_start(adapted, StartMode.RESUME, found(checkpoint_of()), CORPUS, 1)
 
 
-def test_best_pt_is_resumed_where_a_run_stopped_before_its_first_last_pt(tmp_path):
+def test_a_damaged_best_pt_read_in_place_of_a_missing_last_pt_is_an_error_naming_both(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "best.pt").write_bytes(b"junk")
     problem = str(find_training(tmp_path, StartMode.AUTO).problem)  # read, not passed over
