@@ -17,7 +17,7 @@ from spacy.tokens import Doc, DocBin
 from tqdm import tqdm
 
 from ..io import ModelFileError, is_pipeline
-from ..pipeline.component import elmo_component
+from ..pipeline.component import DOCS_PER_PIPE_BATCH, elmo_component
 
 PathLike = Union[str, Path]
 ELMO = "elmo"
@@ -118,11 +118,8 @@ def embed(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int] = None
 
 
 def _embedded(nlp: Language, docs: Iterable[Doc], total_tokens: Optional[int], desc: str) -> Iterator[Doc]:
-    stream: Iterable[Doc] = docs
-    for _, component in nlp.pipeline:  # each pipe pulls from the one before: no doc waits embedded
-        stream = component.pipe(stream) if hasattr(component, "pipe") else map(component, stream)
     with tqdm(total=total_tokens, unit="tok", unit_scale=True, desc=desc) as bar:
-        for doc in stream:
+        for doc in nlp.pipe(docs, batch_size=DOCS_PER_PIPE_BATCH):
             bar.update(len(doc))
             yield doc
 

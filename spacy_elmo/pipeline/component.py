@@ -36,6 +36,8 @@ from .threads import apply_num_threads
 
 DEFAULT_CONFIG: Dict[str, Any] = {"weights": "", "options": None, **dataclasses.asdict(ElmoSettings())}
 """The factory's defaults: the weights' location, then `ElmoSettings`' defaults (their one definition)."""
+DOCS_PER_PIPE_BATCH = 128
+"""Docs `ElmoComponent.pipe` annotates at a time (the biLM then batches their segments by tokens)."""
 
 
 @Language.factory("elmo", default_config=DEFAULT_CONFIG, assigns=["doc._.elmo_data", "doc.tensor"])
@@ -233,7 +235,7 @@ class ElmoComponent(Pipe):
         self.annotate([doc])
         return doc
 
-    def pipe(self, stream: Iterable[Doc], *, batch_size: int = 128) -> Iterator[Doc]:
+    def pipe(self, stream: Iterable[Doc], *, batch_size: int = DOCS_PER_PIPE_BATCH) -> Iterator[Doc]:
         error_handler = self.get_error_handler()
         for docs in minibatch(stream, size=batch_size):
             try:

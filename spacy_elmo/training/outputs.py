@@ -27,9 +27,10 @@ def holds_training(output_dir: Path) -> bool:
 def check_not_an_output(path: Path, output_dir: Path, setting: str) -> None:
     """A ValueError if `path` lies in what a training in `output_dir` writes (its
     model-best/, checkpoints/, ...): the run would replace what it reads."""
+    place = path.resolve()
     for name in OUTPUTS:
         output = (output_dir / name).resolve()
-        if path.resolve() == output or output in path.resolve().parents:
+        if place == output or output in place.parents:
             raise ValueError(f"{setting} ({path}) lies in {output_dir / name}, which this training writes: copy the model elsewhere first")
 
 
