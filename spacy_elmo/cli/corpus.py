@@ -22,6 +22,7 @@ def corpus(
     max_vocab: int = typer.Option(0, help="Vocabulary size limit including <S>, </S>, <UNK> (0: none)"),
     vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt (e.g. of the model training continues from) instead of building one"),
     max_document_chars: int = typer.Option(MAX_DOCUMENT_CHARS, help="Cut documents to this many characters before tokenizing"),
+    extend_vocab: bool = typer.Option(False, help="With --vocab: add the training tokens it lacks that are seen at least --min-count times"),
 ) -> None:
     """Tokenize, sentence-split, deduplicate, shuffle and split a corpus; write its vocabulary."""
     with clean_errors():
@@ -37,6 +38,7 @@ def corpus(
             max_vocab,
             vocab,
             max_document_chars,
+            extend_vocab,
         )
     typer.echo(
         f"{stats.documents} documents -> {stats.sentences} sentences ({stats.duplicate_sentences} duplicates dropped, "

@@ -13,8 +13,8 @@ from ..devices import TRAINING_DEVICES, pick_device
 from ..io.staging import write_text_atomically
 from ..training.checkpoint import load_trained_model, trained_max_sentence_tokens
 from ..training.config import load_config
-from ..training.data import read_sentences
-from ..training.perplexity import perplexity
+from ..training.data import VOCAB_FILE, Vocabulary, read_sentences
+from ..training.perplexity import at_vocabulary, perplexity
 from ..training.signals import TrainingInterrupted
 from ..training.trainer import pretrain as run_pretraining
 from .app import app, clean_errors
@@ -66,6 +66,11 @@ def evaluate(
     tokens_per_batch: int = typer.Option(4096, min=1, help="Padded tokens per batch"),
     device: str = typer.Option("cpu", help="cpu, cuda or cuda:N"),
     max_sentence_tokens: Optional[int] = typer.Option(None, min=1, help="Score longer sentences in pieces of this many tokens (default: as in training)"),
+    vocab_path: Optional[Path] = typer.Option(
+        None,
+        "--vocab",
+        help="Score at this vocab.txt, part of the model's (e.g. the one it was extended from), its other words as <UNK>: comparable with models trained at it",
+    ),
 ) -> None:
     """Exact forward, backward and mean perplexity of a trained biLM on a text."""
     with clean_errors():
@@ -73,12 +78,16 @@ def evaluate(
             raise ValueError(f"{text}: file not found")
         torch_device = pick_device(device, TRAINING_DEVICES, name="--device")
         objective, vocab = load_trained_model(model_dir)
+        if vocab_path is not None:
+            scored_at = Vocabulary.from_file(vocab_path)
+            objective, vocab = at_vocabulary(objective, vocab, scored_at), scored_at
         objective.to(torch_device)
         if max_sentence_tokens is None:
             max_sentence_tokens = trained_max_sentence_tokens(model_dir)
         sentences = read_sentences(text, max_sentence_tokens)
         result = perplexity(objective, sentences, vocab, tokens_per_batch, torch_device)
-    figures = {**result.as_dict(), "sentences": len(sentences), "model": str(model_dir), "text": str(text)}
+    scored_vocab = vocab_path or model_dir / VOCAB_FILE
+    figures = {**result.as_dict(), "sentences": len(sentences), "model": str(model_dir), "text": str(text), "vocab": str(scored_vocab)}
     if output is not None:
         with clean_errors():
             write_text_atomically(output, json.dumps(figures, indent=2) + "\n")

@@ -9,7 +9,7 @@ set per batch, logits corrected by the log of each id's expected count, and acci
 """
 
 import math
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import nn
@@ -64,6 +64,38 @@ class FullSoftmax(nn.Module):
 
     def _nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(self.logits(hidden), targets, reduction="none")
+
+
+class MergedSoftmax(FullSoftmax):
+    """A trained full softmax read at a smaller vocabulary, for exact perplexities that
+    compare with a model trained at that vocabulary: `kept[i]` is the row of the smaller
+    vocabulary's id i, and the probabilities of all other rows add up to the probability
+    of its `<UNK>`, id `unknown` (whose row is `kept[unknown]`). Shares `head`'s weights."""
+
+    kept: torch.Tensor
+    merged: torch.Tensor
+
+    def __init__(self, head: FullSoftmax, kept: Sequence[int], unknown: int) -> None:
+        nn.Module.__init__(self)
+        self.weight, self.bias = head.weight, head.bias
+        kept_rows = torch.as_tensor(list(kept), dtype=torch.long)
+        merged = torch.ones(head.vocab_size, dtype=torch.bool)
+        merged[kept_rows] = False
+        merged[kept_rows[unknown]] = True
+        self.register_buffer("kept", kept_rows, persistent=False)
+        self.register_buffer("merged", merged, persistent=False)
+        self.unknown = unknown
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(n, P), (n,) ids of the smaller vocabulary -> (n,) negative log-likelihoods, in
+        chunks of CHUNK_ROWS rows."""
+        return torch.cat([self._nll(h, t) for h, t in zip(hidden.split(CHUNK_ROWS), targets.split(CHUNK_ROWS))])
+
+    def _nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        log_probs = self.log_probs(hidden)
+        picked = log_probs[:, self.kept].gather(1, targets.unsqueeze(1)).squeeze(1)
+        unknown = torch.logsumexp(log_probs[:, self.merged], dim=1)
+        return -torch.where(targets == self.unknown, unknown, picked)
 
 
 def log_uniform_probabilities(vocab_size: int) -> torch.Tensor:

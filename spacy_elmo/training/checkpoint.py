@@ -21,7 +21,7 @@ import pickle
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Counter, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -32,6 +32,7 @@ from ..io.model_dir import TRAINING_FILE, read_training_record
 from ..io.staging import STAGING_MARK, put_back_retired, staged_directory, write_atomically
 from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
+from ..nn.special_tokens import UNK_ID
 from .config import BatchingSettings
 from .data import VOCAB_FILE, DataPosition, Vocabulary
 
@@ -236,10 +237,16 @@ def load_softmax_and_vocab(model_dir: Path, dim: int) -> Tuple[torch.Tensor, tor
     return weight, bias, vocab
 
 
-def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocabulary) -> int:
+def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocabulary, shards: Sequence[Path]) -> int:
     """Copy into `head` the softmax rows of the words that `vocab` shares with the vocabulary
     of `source`, a pretraining model directory; returns how many rows were copied (0 when
-    `source` keeps no softmax, as a pipeline or public weights do)."""
+    `source` keeps no softmax, as a pipeline or public weights do, and every row starts fresh).
+
+    The words `vocab` adds were `<UNK>` to the source model, so they start from its `<UNK>`
+    row, each with the share of `<UNK>`'s probability that its count in the training
+    `shards` has among the tokens the source did not know (add-one smoothed); `<UNK>` keeps
+    the rest. Where `vocab` holds every source word, the head starts out predicting exactly
+    what the source predicted, the unknown words' mass split among the new ones."""
     source = Path(source)
     if not source.is_dir() or not (source / HEAD_FILE).is_file() or not (source / VOCAB_FILE).is_file():
         return 0
@@ -247,10 +254,30 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
     pairs = [(new, old.index[token]) for new, token in enumerate(vocab.tokens) if token in old.index]
     new_ids = torch.tensor([new for new, _ in pairs], dtype=torch.long, device=head.weight.device)
     old_ids = torch.tensor([o for _, o in pairs], dtype=torch.long)
+    added = [token for token in vocab.tokens if token not in old.index]
     with torch.no_grad():
         head.weight[new_ids] = weight[old_ids].to(head.weight.device)
         head.bias[new_ids] = bias[old_ids].to(head.bias.device)
+        if added:
+            log_shares = _unknown_log_shares(shards, old, added)
+            ids = torch.tensor([vocab.index[token] for token in added] + [UNK_ID], dtype=torch.long, device=head.weight.device)
+            head.weight[ids] = weight[UNK_ID].to(head.weight.device)
+            head.bias[ids] = (bias[UNK_ID] + log_shares).to(head.bias.device)
     return len(pairs)
+
+
+def _unknown_log_shares(shards: Sequence[Path], known: Vocabulary, added: Sequence[str]) -> torch.Tensor:
+    """(len(added) + 1,) log shares of the training tokens unknown to `known`: each added
+    word's, then the rest's (what stays `<UNK>`), add-one smoothed so that they sum to 1."""
+    counts: Counter = Counter()
+    for shard in shards:
+        with shard.open(encoding="utf-8") as handle:
+            for line in handle:
+                counts.update(token for token in line.split() if token not in known.index)
+    unknown = sum(counts.values())
+    added_counts = [counts[token] for token in added]
+    shares = torch.tensor([*added_counts, unknown - sum(added_counts)], dtype=torch.float64) + 1.0
+    return torch.log(shares / shares.sum()).float()
 
 
 def trained_max_sentence_tokens(model_dir: Union[str, Path]) -> int:

@@ -263,11 +263,15 @@ def prepare_corpus(
     max_vocab: int = 0,
     vocab_path: Optional[Union[str, Path]] = None,
     max_document_chars: int = MAX_DOCUMENT_CHARS,
+    extend_vocab: bool = False,
 ) -> CorpusStats:
     """Prepare `input_path` into `output_dir`; returns (and writes) the statistics.
 
     `vocab_path`: use this vocab.txt (e.g. the model's that training will continue from)
     instead of building one from the training split; `min_count` and `max_vocab` then do not apply.
+    `extend_vocab`: with `vocab_path`, append the training tokens it lacks that are seen at
+    least `min_count` times (most frequent first), so that adapting a model to new text
+    learns to predict its frequent words rather than `<UNK>` for them.
     `max_document_chars`: documents are cut to this many characters before tokenizing.
     ValueError, before anything is written, when no training sentence is left."""
     if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
@@ -278,9 +282,11 @@ def prepare_corpus(
     if Path(input_path).is_dir() and output_dir.resolve().is_relative_to(Path(input_path).resolve()):
         raise ValueError(f"{output_dir} lies inside the input folder {input_path}, whose .txt files are all read as text: give an output outside it")
     given_vocab = None
+    if extend_vocab and vocab_path is None:
+        raise ValueError("extend_vocab extends a given vocabulary: give vocab_path too")
     if vocab_path is not None:
-        if min_count != 1 or max_vocab:
-            raise ValueError("min_count and max_vocab build a vocabulary: leave them out with a given vocabulary")
+        if max_vocab or (min_count != 1 and not extend_vocab):
+            raise ValueError("min_count and max_vocab build a vocabulary: leave them out with a given vocabulary (min_count applies when extending it)")
         given_vocab = Vocabulary.from_file(vocab_path).tokens
     stats = CorpusStats()
     nlp = sentence_pipeline(lang)
@@ -306,7 +312,11 @@ def prepare_corpus(
     marker = output_dir / PREPARING_MARK
     marker.write_text("spacy-elmo corpus: being written; a folder holding this file is not trained on\n", encoding="utf-8")
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
-    vocab = given_vocab if given_vocab is not None else build_vocab(train, min_count, max_vocab)
+    if given_vocab is None:
+        vocab = build_vocab(train, min_count, max_vocab)
+    else:
+        known = set(given_vocab)
+        vocab = given_vocab + [token for token in build_vocab(train, min_count) if token not in known] if extend_vocab else given_vocab
     Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
     stats = dataclasses.replace(
         stats,

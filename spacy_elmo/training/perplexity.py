@@ -7,6 +7,8 @@ import torch
 
 from ..batching import token_budget_batches
 from ..nn.objective import BiLMObjective
+from ..nn.softmax import MergedSoftmax
+from ..nn.special_tokens import UNK_ID
 from .data import Sentence, Vocabulary, to_tensors
 
 
@@ -82,3 +84,17 @@ def perplexity(
     if not sentences:
         raise ValueError("no sentences to evaluate on")
     return Perplexity.from_sums(nll_sums(objective, sentences, vocab, tokens_per_batch, device))
+
+
+def at_vocabulary(objective: BiLMObjective, model_vocab: Vocabulary, vocab: Vocabulary) -> BiLMObjective:
+    """The trained `objective` scoring at `vocab`, a part of `model_vocab` (the vocabulary
+    a model's was extended from, say): its other words count as `<UNK>`, so that the
+    perplexity compares with that of a model trained at `vocab`. Shares the weights."""
+    missing = [token for token in vocab.tokens if token not in model_vocab.index]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} words of the vocabulary to score at are not in the model's ({', '.join(missing[:3])}, ...): "
+            "the model gives them no probability of their own"
+        )
+    head = MergedSoftmax(objective.head, [model_vocab.index[token] for token in vocab.tokens], UNK_ID)
+    return BiLMObjective(objective.bilm, head)

@@ -105,7 +105,7 @@ class Trainer:
         self._set_up_process(config)
         shards = self._read_corpus(config)
         plan = plan_start(config, mode, find_training(self.output_dir, mode), self.corpus, self.process.world_size)
-        self.config, self.objective = self._build_objective(plan)  # before the folder is cleared: a bad init model keeps the old run
+        self.config, self.objective = self._build_objective(plan, shards)  # before the folder is cleared: a bad init model keeps the old run
         self._prepare_folder(plan)
         settings = self.config.training
         if 0 < settings.max_steps <= self.config.schedule.warmup_steps:
@@ -186,7 +186,7 @@ class Trainer:
             elif plan.checkpoint is not None:
                 remove_staging_leftovers(self.output_dir)
 
-    def _build_objective(self, plan: StartPlan) -> Tuple[PretrainConfig, BiLMObjective]:
+    def _build_objective(self, plan: StartPlan, shards: List[Path]) -> Tuple[PretrainConfig, BiLMObjective]:
         """(the config the run trains with, its objective on this process's device). The
         biLM starts from the checkpoint's word table, `paths.init_from`, or fresh weights
         from `training.seed`: the same in every process."""
@@ -203,9 +203,11 @@ class Trainer:
             config = dataclasses.replace(config, model=bilm.config)
         objective = build_objective(config, self.vocab, bilm).to(self.device)
         if checkpoint is None and config.paths.init_from is not None:
-            copied = carry_over_softmax(objective.head, config.paths.init_from, self.vocab)
+            copied = carry_over_softmax(objective.head, config.paths.init_from, self.vocab, shards)
             if copied:
                 logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
+            if copied and copied < len(self.vocab):
+                logger.info("the other %d start from its <UNK> row, sharing its probability by their counts in the training text", len(self.vocab) - copied)
         return config, objective
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:

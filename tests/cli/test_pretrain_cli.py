@@ -4,6 +4,7 @@ import json
 import re
 
 import numpy
+import pytest
 import spacy
 from typer.testing import CliRunner
 
@@ -32,6 +33,14 @@ def test_pretrain_then_evaluate_then_assemble(toy_corpus, tmp_path, monkeypatch)
     expected = perplexity(objective, read_sentences(toy_corpus / "test.txt", 64), vocab)  # as in training
     assert figures["mean"] == expected.mean and figures["forward"] == expected.forward
     assert figures["sentences"] == len((toy_corpus / "test.txt").read_text().splitlines())
+    at_own = tmp_path / "metrics" / "at-own-vocab.json"
+    own_vocab = ["--vocab", str(toy_corpus / "vocab.txt"), "--output", str(at_own)]
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(toy_corpus / "test.txt"), *own_vocab])
+    assert result.exit_code == 0, result.output
+    assert json.loads(at_own.read_text())["mean"] == pytest.approx(figures["mean"], rel=1e-6)
+    (tmp_path / "wider.txt").write_text((toy_corpus / "vocab.txt").read_text() + "zebra-word\n", encoding="utf-8")
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(toy_corpus / "test.txt"), "--vocab", str(tmp_path / "wider.txt")])
+    assert result.exit_code == 2 and "1 words of the vocabulary to score at are not in the model's (zebra-word, ...)" in plain(result.output)
     (tmp_path / "long.txt").write_text(" ".join(["the", "cat", "sees", "the", "bank"] * 16) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(tmp_path / "long.txt"), "--output", str(output)])
     assert result.exit_code == 0, result.output

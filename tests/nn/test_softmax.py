@@ -9,6 +9,7 @@ from spacy_elmo.nn import softmax
 from spacy_elmo.nn.softmax import (
     CHUNK_ROWS,
     FullSoftmax,
+    MergedSoftmax,
     SampledLogSumExp,
     SampledSoftmax,
     accidental_hits,
@@ -19,6 +20,21 @@ from spacy_elmo.nn.softmax import (
 )
 
 CPU = torch.device("cpu")
+
+
+def test_a_merged_softmax_scores_the_rows_outside_the_smaller_vocabulary_as_its_unknown_word():
+    torch.manual_seed(0)
+    head = FullSoftmax(4, 10)
+    kept = [0, 1, 2, 7, 4]  # smaller vocabulary id -> row; id 2 its <UNK> (row 2)
+    merged = MergedSoftmax(head, kept, unknown=2)
+    n = CHUNK_ROWS + 5  # more than one chunk
+    hidden, targets = torch.randn(n, 4), torch.randint(0, len(kept), (n,))
+    probs = torch.softmax(hidden @ head.weight.t() + head.bias, dim=1)
+    unknown = probs[:, [2, 3, 5, 6, 8, 9]].sum(dim=1)  # <UNK>'s row and every row not kept
+    expected = torch.stack([-torch.log(unknown[i] if t == 2 else probs[i, kept[t]]) for i, t in enumerate(targets.tolist())])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(hidden, targets), expected.detach(), atol=1e-5, rtol=1e-5)
+    assert merged.weight is head.weight  # the trained head's own weights
 
 
 def test_full_softmax_is_the_normalized_nll():

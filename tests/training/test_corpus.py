@@ -1,6 +1,7 @@
 """Corpus preparation: deterministic, and sane on empty lines, bad bytes, long lines, duplicates."""
 
 import json
+from collections import Counter
 
 import pytest
 import spacy
@@ -154,3 +155,20 @@ def test_a_given_vocabulary_is_used_as_it_is(tmp_path):
     (tmp_path / "bad.txt").write_text("a\nb\n", encoding="utf-8")
     with pytest.raises(ValueError, match="bad.txt: a vocabulary must start with"):
         prepare_corpus(tmp_path / "in.txt", tmp_path / "other", vocab_path=tmp_path / "bad.txt")
+
+
+def test_an_extended_vocabulary_keeps_the_given_one_and_adds_the_frequent_training_tokens(tmp_path):
+    (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
+    given = [*SPECIAL_TOKENS, "river", "zebra", "bank"]
+    (tmp_path / "vocab.txt").write_text("\n".join(given) + "\n", encoding="utf-8")
+    everything = {"dev_fraction": 0.0, "test_fraction": 0.0}
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", **everything, min_count=2, vocab_path=tmp_path / "vocab.txt", extend_vocab=True)
+    counts = Counter(" ".join((tmp_path / "out" / "train" / "shard_00000.txt").read_text(encoding="utf-8").split("\n")).split())
+    added = sorted((t for t, n in counts.items() if n >= 2 and t not in given), key=lambda t: (-counts[t], t))
+    assert added and any(n == 1 for n in counts.values())  # the text has words to add and words too rare to add
+    assert (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines() == given + added
+    assert stats.vocab_size == len(given) + len(added)
+    with pytest.raises(ValueError, match="extends a given vocabulary"):
+        prepare_corpus(tmp_path / "in.txt", tmp_path / "other", extend_vocab=True)
+    with pytest.raises(ValueError, match="min_count applies when extending"):
+        prepare_corpus(tmp_path / "in.txt", tmp_path / "other", vocab_path=tmp_path / "vocab.txt", min_count=2)
