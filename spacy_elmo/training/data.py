@@ -17,11 +17,11 @@ from ..nn.bilm import BiLM
 from ..nn.special_tokens import SPECIAL_TOKENS, UNK_ID
 
 VOCAB_FILE = "vocab.txt"
+"""The vocabulary's file name, in a corpus folder and in a trained model's folder."""
 PREPARING_MARK = ".preparing"
 """A file the corpus command puts in a corpus folder before it changes anything there and
 removes once every file is written: a folder holding it was left part-way (Ctrl-C, a full
 disk), with new shards beside old dev and test sentences, and is not trained on."""
-"""The vocabulary's file name, in a corpus folder and in a trained model's folder."""
 
 Sentence = List[str]
 
