@@ -258,9 +258,10 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
     with torch.no_grad():
         head.weight[new_ids] = weight[old_ids].to(head.weight.device)
         head.bias[new_ids] = bias[old_ids].to(head.bias.device)
-        if added:
-            log_shares = _unknown_log_shares(shards, old, added)
-            ids = torch.tensor([vocab.index[token] for token in added] + [UNK_ID], dtype=torch.long, device=head.weight.device)
+    if added:
+        log_shares = _unknown_log_shares(shards, old, added)
+        ids = torch.tensor([vocab.index[token] for token in added] + [UNK_ID], dtype=torch.long, device=head.weight.device)
+        with torch.no_grad():
             head.weight[ids] = weight[UNK_ID].to(head.weight.device)
             head.bias[ids] = (bias[UNK_ID] + log_shares).to(head.bias.device)
     return len(pairs)

@@ -312,11 +312,10 @@ def prepare_corpus(
     marker = output_dir / PREPARING_MARK
     marker.write_text("spacy-elmo corpus: being written; a folder holding this file is not trained on\n", encoding="utf-8")
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
-    if given_vocab is None:
-        vocab = build_vocab(train, min_count, max_vocab)
-    else:
-        known = set(given_vocab)
-        vocab = given_vocab + [token for token in build_vocab(train, min_count) if token not in known] if extend_vocab else given_vocab
+    vocab = build_vocab(train, min_count, max_vocab) if given_vocab is None else given_vocab
+    if extend_vocab:
+        known = set(vocab)
+        vocab = vocab + [token for token in build_vocab(train, min_count) if token not in known]
     Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
     stats = dataclasses.replace(
         stats,
