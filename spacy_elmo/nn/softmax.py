@@ -86,6 +86,11 @@ class MergedSoftmax(FullSoftmax):
         self.register_buffer("merged", merged, persistent=False)
         self.unknown = unknown
 
+    @property
+    def vocab_size(self) -> int:
+        """The smaller vocabulary's size (the ids `forward` takes)."""
+        return len(self.kept)
+
     def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """(n, P), (n,) ids of the smaller vocabulary -> (n,) negative log-likelihoods, in
         chunks of CHUNK_ROWS rows."""
@@ -93,7 +98,7 @@ class MergedSoftmax(FullSoftmax):
 
     def _nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         log_probs = self.log_probs(hidden)
-        picked = log_probs[:, self.kept].gather(1, targets.unsqueeze(1)).squeeze(1)
+        picked = log_probs.gather(1, self.kept[targets].unsqueeze(1)).squeeze(1)
         unknown = torch.logsumexp(log_probs[:, self.merged], dim=1)
         return -torch.where(targets == self.unknown, unknown, picked)
 

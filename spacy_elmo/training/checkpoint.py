@@ -17,6 +17,7 @@ failed write are removed, those of a killed process by `remove_staging_leftovers
 import dataclasses
 import hashlib
 import json
+import logging
 import pickle
 import shutil
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
 from ..nn.special_tokens import UNK_ID
 from .config import BatchingSettings
-from .data import VOCAB_FILE, DataPosition, Vocabulary
+from .data import VOCAB_FILE, DataPosition, Vocabulary, not_utf8
+
+logger = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = "spacy-elmo-checkpoint/1"
 TORCH_FILE_START = b"PK\x03\x04"
@@ -255,6 +258,15 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
     new_ids = torch.tensor([new for new, _ in pairs], dtype=torch.long, device=head.weight.device)
     old_ids = torch.tensor([o for _, o in pairs], dtype=torch.long)
     added = [token for token in vocab.tokens if token not in old.index]
+    dropped = len(old) - len(pairs)
+    if dropped:
+        logger.warning(
+            "the vocabulary lacks %d of the %d words of %s: their probability goes to no row (prepare the corpus with --vocab %s to keep them)",
+            dropped,
+            len(old),
+            source,
+            source / VOCAB_FILE,
+        )
     with torch.no_grad():
         head.weight[new_ids] = weight[old_ids].to(head.weight.device)
         head.bias[new_ids] = bias[old_ids].to(head.bias.device)
@@ -273,8 +285,11 @@ def _unknown_log_shares(shards: Sequence[Path], known: Vocabulary, added: Sequen
     counts: Counter = Counter()
     for shard in shards:
         with shard.open(encoding="utf-8") as handle:
-            for line in handle:
-                counts.update(token for token in line.split() if token not in known.index)
+            try:
+                for line in handle:
+                    counts.update(token for token in line.split() if token not in known.index)
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{shard}: {not_utf8(err)}") from err
     unknown = sum(counts.values())
     added_counts = [counts[token] for token in added]
     shares = torch.tensor([*added_counts, unknown - sum(added_counts)], dtype=torch.float64) + 1.0

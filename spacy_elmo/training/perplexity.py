@@ -92,9 +92,7 @@ def at_vocabulary(objective: BiLMObjective, model_vocab: Vocabulary, vocab: Voca
     perplexity compares with that of a model trained at `vocab`. Shares the weights."""
     missing = [token for token in vocab.tokens if token not in model_vocab.index]
     if missing:
-        raise ValueError(
-            f"{len(missing)} words of the vocabulary to score at are not in the model's ({', '.join(missing[:3])}, ...): "
-            "the model gives them no probability of their own"
-        )
+        shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+        raise ValueError(f"the vocabulary to score at holds {len(missing)} word(s) the model's lacks ({shown}): it gives them no probability of their own")
     head = MergedSoftmax(objective.head, [model_vocab.index[token] for token in vocab.tokens], UNK_ID)
     return BiLMObjective(objective.bilm, head)

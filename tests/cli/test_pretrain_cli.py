@@ -40,7 +40,7 @@ def test_pretrain_then_evaluate_then_assemble(toy_corpus, tmp_path, monkeypatch)
     assert json.loads(at_own.read_text())["mean"] == pytest.approx(figures["mean"], rel=1e-6)
     (tmp_path / "wider.txt").write_text((toy_corpus / "vocab.txt").read_text() + "zebra-word\n", encoding="utf-8")
     result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(toy_corpus / "test.txt"), "--vocab", str(tmp_path / "wider.txt")])
-    assert result.exit_code == 2 and "1 words of the vocabulary to score at are not in the model's (zebra-word, ...)" in plain(result.output)
+    assert result.exit_code == 2 and "the vocabulary to score at holds 1 word(s) the model's lacks (zebra-word): it gives them" in plain(result.output)
     (tmp_path / "long.txt").write_text(" ".join(["the", "cat", "sees", "the", "bank"] * 16) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["evaluate", str(tmp_path / "out" / "model-best"), str(tmp_path / "long.txt"), "--output", str(output)])
     assert result.exit_code == 0, result.output

@@ -188,47 +188,53 @@ def test_init_from_a_trained_model_keeps_the_softmax_rows_of_shared_words(toy_co
     numpy.testing.assert_allclose(new_weight[3], old_weight[2], atol=1e-6)  # the new word starts from <UNK>'s row
 
 
-def test_words_added_at_init_from_share_the_source_unk_probability_by_their_counts(toy_corpus, tmp_path):
+def test_words_added_at_init_from_share_the_source_unk_probability_by_their_counts(toy_corpus, tmp_path, caplog):
     """A vocabulary extended for adaptation: the head starts out predicting what the source
-    predicted, `<UNK>`'s probability split among the added words by their training counts."""
+    predicted, `<UNK>`'s probability split among the added words by their training counts
+    and the words still unknown."""
     from spacy_elmo.io import load_lm_head
     from spacy_elmo.training.data import Vocabulary
 
-    full = Vocabulary.from_file(toy_corpus / "vocab.txt")
-    small = tmp_path / "small"
-    shutil.copytree(toy_corpus, small)
-    kept, added = full.tokens[:-5], full.tokens[-5:]
-    (small / "vocab.txt").write_text("".join(t + "\n" for t in kept), encoding="utf-8")
-    pretrain(config_for(small, max_steps=3), tmp_path / "source", progress_bar=False)
-    config = with_overrides(toy_corpus, {"paths.init_from": str(tmp_path / "source" / "model-last"), "optimizer.learning_rate": 1e-9}, max_steps=1, dropout=0.0)
+    def corpus_with_vocab(name, tokens):
+        folder = tmp_path / name
+        shutil.copytree(toy_corpus, folder)
+        (folder / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+        return folder
+
+    full = Vocabulary.from_file(toy_corpus / "vocab.txt").tokens
+    kept, added, still_unknown = full[:-5], full[-5:-1], full[-1]  # the source lacks five words, the new vocabulary one
+    pretrain(config_for(corpus_with_vocab("small", kept), max_steps=3), tmp_path / "source", progress_bar=False)
+    source = tmp_path / "source" / "model-last"
+    extended_corpus = corpus_with_vocab("extended-corpus", kept + added)
+    config = with_overrides(extended_corpus, {"paths.init_from": str(source), "optimizer.learning_rate": 1e-9}, max_steps=1, dropout=0.0)
     pretrain(config, tmp_path / "extended", progress_bar=False)
 
-    counts = {token: 0 for token in added}
-    unknown = 0
-    for shard in train_shards(toy_corpus):
-        for token in shard.read_text(encoding="utf-8").split():
-            if token not in kept:
-                unknown += 1
-                counts[token] += 1
-    assert all(counts.values())  # the added words occur in the training text
-    total = unknown + len(added) + 1
-    old_weight, old_bias = (torch.as_tensor(a) for a in load_lm_head(tmp_path / "source" / "model-last"))
+    tokens = [token for shard in train_shards(toy_corpus) for token in shard.read_text(encoding="utf-8").split()]
+    unknown = [token for token in tokens if token not in kept]
+    assert still_unknown in unknown and all(word in unknown for word in added)
+    total = len(unknown) + len(added) + 1
+    old_weight, old_bias = (torch.as_tensor(a) for a in load_lm_head(source))
     new_weight, new_bias = (torch.as_tensor(a) for a in load_lm_head(tmp_path / "extended" / "model-last"))
     hidden = torch.randn(7, old_weight.shape[1])
     old_p = torch.softmax(hidden @ old_weight.T + old_bias, dim=-1)
     new_p = torch.softmax(hidden @ new_weight.T + new_bias, dim=-1)
-    torch.testing.assert_close(new_p[:, 3 : len(kept)], old_p[:, 3:], atol=1e-6, rtol=1e-4)
-    for token in added:
-        torch.testing.assert_close(new_p[:, full.index[token]], old_p[:, 2] * (counts[token] + 1) / total, atol=1e-6, rtol=1e-4)
-    rest = unknown - sum(counts.values()) + 1
-    torch.testing.assert_close(new_p[:, 2], old_p[:, 2] * rest / total, atol=1e-6, rtol=1e-4)
+    others = [i for i in range(len(kept)) if i != 2]  # <S>, </S> and every kept word
+    torch.testing.assert_close(new_p[:, others], old_p[:, others], atol=1e-6, rtol=1e-4)
+    for i, word in enumerate(added):
+        torch.testing.assert_close(new_p[:, len(kept) + i], old_p[:, 2] * (unknown.count(word) + 1) / total, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(new_p[:, 2], old_p[:, 2] * (unknown.count(still_unknown) + 1) / total, atol=1e-6, rtol=1e-4)
     # scored at the source's vocabulary, the extended model starts at the source's perplexity
     sentences = read_sentences(toy_corpus / "dev.txt", 64)
-    source_model, source_vocab = load_trained_model(tmp_path / "source" / "model-last")
+    source_model, source_vocab = load_trained_model(source)
     extended_model, extended_vocab = load_trained_model(tmp_path / "extended" / "model-last")
     before = perplexity(source_model, sentences, source_vocab)
     after = perplexity(at_vocabulary(extended_model, extended_vocab, source_vocab), sentences, source_vocab)
     assert after.mean == pytest.approx(before.mean, rel=1e-4) and after.forward == pytest.approx(before.forward, rel=1e-4)
+
+    narrower = with_overrides(corpus_with_vocab("narrower", kept[:-1]), {"paths.init_from": str(source)}, max_steps=1)
+    with caplog.at_level("WARNING"):
+        pretrain(narrower, tmp_path / "narrower", progress_bar=False)
+    assert f"the vocabulary lacks 1 of the {len(kept)} words of {source}: their probability goes to no row" in caplog.text
 
 
 def test_a_log_uniform_bias_starts_a_fresh_head_at_the_zipf_distribution_and_init_from_keeps_trained_rows(toy_corpus, tmp_path):
