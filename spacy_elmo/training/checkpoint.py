@@ -20,6 +20,7 @@ import json
 import logging
 import pickle
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Counter, Dict, List, Optional, Sequence, Tuple, Union
@@ -35,7 +36,7 @@ from ..nn.objective import BiLMObjective
 from ..nn.softmax import FullSoftmax
 from ..nn.special_tokens import UNK_ID
 from .config import BatchingSettings
-from .data import VOCAB_FILE, DataPosition, Vocabulary, not_utf8
+from .data import VOCAB_FILE, DataPosition, Vocabulary, read_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -240,10 +241,10 @@ def load_softmax_and_vocab(model_dir: Path, dim: int) -> Tuple[torch.Tensor, tor
     return weight, bias, vocab
 
 
-def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocabulary, shards: Sequence[Path]) -> int:
+def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocabulary, shards: Sequence[Path]) -> None:
     """Copy into `head` the softmax rows of the words that `vocab` shares with the vocabulary
-    of `source`, a pretraining model directory; returns how many rows were copied (0 when
-    `source` keeps no softmax, as a pipeline or public weights do, and every row starts fresh).
+    of `source`, a pretraining model directory, and log what was carried over (nothing when
+    `source` keeps no softmax, as a pipeline or public weights do: every row starts fresh).
 
     The words `vocab` adds were `<UNK>` to the source model, so they start from its `<UNK>`
     row, each with the share of `<UNK>`'s probability that its count in the training
@@ -252,12 +253,13 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
     what the source predicted, the unknown words' mass split among the new ones."""
     source = Path(source)
     if not source.is_dir() or not (source / HEAD_FILE).is_file() or not (source / VOCAB_FILE).is_file():
-        return 0
+        return
     weight, bias, old = load_softmax_and_vocab(source, head.weight.shape[1])
     pairs = [(new, old.index[token]) for new, token in enumerate(vocab.tokens) if token in old.index]
     new_ids = torch.tensor([new for new, _ in pairs], dtype=torch.long, device=head.weight.device)
     old_ids = torch.tensor([o for _, o in pairs], dtype=torch.long)
     added = [token for token in vocab.tokens if token not in old.index]
+    logger.info("softmax rows of %d of %d words taken from %s", len(pairs), len(vocab), source)
     dropped = len(old) - len(pairs)
     if dropped:
         logger.warning(
@@ -276,7 +278,7 @@ def carry_over_softmax(head: FullSoftmax, source: Union[str, Path], vocab: Vocab
         with torch.no_grad():
             head.weight[ids] = weight[UNK_ID].to(head.weight.device)
             head.bias[ids] = (bias[UNK_ID] + log_shares).to(head.bias.device)
-    return len(pairs)
+        logger.info("the other %d start from its <UNK> row, sharing its probability by their counts in the training text", len(added))
 
 
 def _unknown_log_shares(shards: Sequence[Path], known: Vocabulary, added: Sequence[str]) -> torch.Tensor:
@@ -284,12 +286,8 @@ def _unknown_log_shares(shards: Sequence[Path], known: Vocabulary, added: Sequen
     word's, then the rest's (what stays `<UNK>`), add-one smoothed so that they sum to 1."""
     counts: Counter = Counter()
     for shard in shards:
-        with shard.open(encoding="utf-8") as handle:
-            try:
-                for line in handle:
-                    counts.update(token for token in line.split() if token not in known.index)
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{shard}: {not_utf8(err)}") from err
+        for sentence in read_sentences(shard, sys.maxsize):  # whole lines
+            counts.update(token for token in sentence if token not in known.index)
     unknown = sum(counts.values())
     added_counts = [counts[token] for token in added]
     shares = torch.tensor([*added_counts, unknown - sum(added_counts)], dtype=torch.float64) + 1.0

@@ -203,11 +203,7 @@ class Trainer:
             config = dataclasses.replace(config, model=bilm.config)
         objective = build_objective(config, self.vocab, bilm).to(self.device)
         if checkpoint is None and config.paths.init_from is not None:
-            copied = carry_over_softmax(objective.head, config.paths.init_from, self.vocab, shards)
-            if copied:
-                logger.info("softmax rows of %d of %d words taken from %s", copied, len(self.vocab), config.paths.init_from)
-            if copied and copied < len(self.vocab):
-                logger.info("the other %d start from its <UNK> row, sharing its probability by their counts in the training text", len(self.vocab) - copied)
+            carry_over_softmax(objective.head, config.paths.init_from, self.vocab, shards)
         return config, objective
 
     def _restore(self, checkpoint: Dict[str, Any]) -> None:
