@@ -23,7 +23,6 @@ pass `--replace`. `evaluate` compares only runs trained alike: within an arm eve
 must share its inputs, and each seed's two arms their step budget, data and overrides.
 """
 
-import hashlib
 import json
 import random
 import shutil
@@ -53,15 +52,11 @@ def write_whole(path: Path, text: str) -> None:
 
 
 def fingerprint(path: Path) -> str:
-    """sha256 over the names and contents of a file or of every file in a folder."""
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    """One digest of the names and contents of a file or of every file in a folder
+    (`spacy_elmo.io.digests.tree_digest`, imported on use as above)."""
+    from spacy_elmo.io.digests import tree_digest
+
+    return tree_digest(path)
 
 
 def run_inputs(config: str, seed: int, max_steps: int, train: str, dev: str, bilm: Optional[str], settings: Dict[str, Any]) -> Dict[str, Any]:
