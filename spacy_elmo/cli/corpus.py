@@ -20,7 +20,7 @@ def corpus(
     sentences_per_shard: int = typer.Option(100_000, help="Training sentences per shard file"),
     min_count: int = typer.Option(1, help="Keep tokens seen at least this often in the vocabulary"),
     max_vocab: int = typer.Option(0, help="Vocabulary size limit including <S>, </S>, <UNK> (0: none)"),
-    vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt (e.g. of the model training continues from) instead of building one"),
+    vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt's words (e.g. of the model training continues from) instead of building a vocabulary, ranked by their counts in this text"),
     max_document_chars: int = typer.Option(MAX_DOCUMENT_CHARS, help="Cut documents to this many characters before tokenizing"),
     extend_vocab: bool = typer.Option(False, help="With --vocab: add the training tokens it lacks that are seen at least --min-count times"),
 ) -> None:

@@ -27,7 +27,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, List, Match, NamedTuple, Optional, Tuple, Union, cast
+from typing import Iterable, Iterator, List, Match, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import spacy
 import srsly
@@ -267,11 +267,12 @@ def prepare_corpus(
 ) -> CorpusStats:
     """Prepare `input_path` into `output_dir`; returns (and writes) the statistics.
 
-    `vocab_path`: use this vocab.txt (e.g. the model's that training will continue from)
-    instead of building one from the training split; `min_count` and `max_vocab` then do not apply.
-    `extend_vocab`: with `vocab_path`, append the training tokens it lacks that are seen at
-    least `min_count` times (most frequent first), so that adapting a model to new text
-    learns to predict its frequent words rather than `<UNK>` for them.
+    `vocab_path`: use this vocab.txt's words (e.g. the model's that training will continue
+    from) instead of building a vocabulary from the training split, ranked by their counts
+    in it (`ranked_vocab`); `min_count` and `max_vocab` then do not apply.
+    `extend_vocab`: with `vocab_path`, add the training tokens it lacks that are seen at
+    least `min_count` times, so that adapting a model to new text learns to predict its
+    frequent words rather than `<UNK>` for them.
     `max_document_chars`: documents are cut to this many characters before tokenizing.
     ValueError, before anything is written, when no training sentence is left."""
     if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
@@ -312,10 +313,10 @@ def prepare_corpus(
     marker = output_dir / PREPARING_MARK
     marker.write_text("spacy-elmo corpus: being written; a folder holding this file is not trained on\n", encoding="utf-8")
     _write_splits(output_dir, train, dev, test, sentences_per_shard)
-    vocab = build_vocab(train, min_count, max_vocab) if given_vocab is None else given_vocab
-    if extend_vocab:
-        known = set(vocab)
-        vocab = vocab + [token for token in build_vocab(train, min_count) if token not in known]
+    if given_vocab is None:
+        vocab = build_vocab(train, min_count, max_vocab)
+    else:
+        vocab = ranked_vocab(given_vocab, train, min_count if extend_vocab else None)
     Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
     stats = dataclasses.replace(
         stats,
@@ -359,12 +360,35 @@ def _write_splits(output_dir: Path, train: List[str], dev: List[str], test: List
         (output_dir / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def build_vocab(lines: Iterable[str], min_count: int = 1, max_size: int = 0) -> List[str]:
-    """`<S>`, `</S>`, `<UNK>`, then tokens seen at least `min_count` times, most frequent
-    first (ties in code-point order), at most `max_size` entries in all when positive."""
+def _token_counts(lines: Iterable[str]) -> Counter:
+    """How often each token of the space-joined `lines` occurs, special tokens left out."""
     counts = Counter(token for line in lines for token in line.split(" "))
     for special in SPECIAL_TOKENS:
         counts.pop(special, None)
+    return counts
+
+
+def build_vocab(lines: Iterable[str], min_count: int = 1, max_size: int = 0) -> List[str]:
+    """`<S>`, `</S>`, `<UNK>`, then tokens seen at least `min_count` times, most frequent
+    first (ties in code-point order), at most `max_size` entries in all when positive."""
+    counts = _token_counts(lines)
     ranked = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
     vocab = list(SPECIAL_TOKENS) + ranked
     return vocab[:max_size] if max_size else vocab
+
+
+def ranked_vocab(given: Sequence[str], lines: Iterable[str], add_min_count: Optional[int] = None) -> List[str]:
+    """The special tokens, then `given`'s other words (and with `add_min_count`, the tokens
+    of `lines` that `given` lacks seen at least that often), most frequent in `lines` first;
+    ties keep `given`'s order (added words after, in code-point order), so the words
+    `lines` lacks close the list in their given order.
+
+    The sampled softmax draws its negatives as if row ids ranked the words by frequency
+    (`distinct_log_uniform`): a vocabulary kept in the order of the text it came from
+    draws the new text's frequent words as rarely as the old text had them."""
+    counts = _token_counts(lines)
+    words = [token for token in given if token not in SPECIAL_TOKENS]
+    if add_min_count is not None:
+        known = set(given)
+        words += sorted((t for t, c in counts.items() if c >= add_min_count and t not in known), key=lambda t: (-counts[t], t))
+    return list(SPECIAL_TOKENS) + sorted(words, key=lambda t: -counts[t])
