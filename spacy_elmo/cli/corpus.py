@@ -20,9 +20,10 @@ def corpus(
     sentences_per_shard: int = typer.Option(100_000, help="Training sentences per shard file"),
     min_count: int = typer.Option(1, help="Keep tokens seen at least this often in the vocabulary"),
     max_vocab: int = typer.Option(0, help="Vocabulary size limit including <S>, </S>, <UNK> (0: none)"),
-    vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt's words (e.g. of the model training continues from) instead of building a vocabulary, ranked by their counts in this text"),
+    vocab: Optional[Path] = typer.Option(None, help="Use this vocab.txt (e.g. of the model training continues from) instead of building one"),
     max_document_chars: int = typer.Option(MAX_DOCUMENT_CHARS, help="Cut documents to this many characters before tokenizing"),
     extend_vocab: bool = typer.Option(False, help="With --vocab: add the training tokens it lacks that are seen at least --min-count times"),
+    rank_vocab: bool = typer.Option(False, help="With --vocab: rank its words (and any added) by their counts in this text, as the sampled softmax assumes"),
 ) -> None:
     """Tokenize, sentence-split, deduplicate, shuffle and split a corpus; write its vocabulary."""
     with clean_errors():
@@ -39,6 +40,7 @@ def corpus(
             vocab,
             max_document_chars,
             extend_vocab,
+            rank_vocab,
         )
     typer.echo(
         f"{stats.documents} documents -> {stats.sentences} sentences ({stats.duplicate_sentences} duplicates dropped, "

@@ -264,15 +264,17 @@ def prepare_corpus(
     vocab_path: Optional[Union[str, Path]] = None,
     max_document_chars: int = MAX_DOCUMENT_CHARS,
     extend_vocab: bool = False,
+    rank_vocab: bool = False,
 ) -> CorpusStats:
     """Prepare `input_path` into `output_dir`; returns (and writes) the statistics.
 
-    `vocab_path`: use this vocab.txt's words (e.g. the model's that training will continue
-    from) instead of building a vocabulary from the training split, ranked by their counts
-    in it (`ranked_vocab`); `min_count` and `max_vocab` then do not apply.
-    `extend_vocab`: with `vocab_path`, add the training tokens it lacks that are seen at
-    least `min_count` times, so that adapting a model to new text learns to predict its
-    frequent words rather than `<UNK>` for them.
+    `vocab_path`: use this vocab.txt (e.g. the model's that training will continue from)
+    instead of building one from the training split; `min_count` and `max_vocab` then do not apply.
+    `extend_vocab`: with `vocab_path`, append the training tokens it lacks that are seen at
+    least `min_count` times (most frequent first), so that adapting a model to new text
+    learns to predict its frequent words rather than `<UNK>` for them.
+    `rank_vocab`: with `vocab_path`, rank its words (and the added ones) by their counts in
+    the training split (`vocab_from_given`).
     `max_document_chars`: documents are cut to this many characters before tokenizing.
     ValueError, before anything is written, when no training sentence is left."""
     if not (0 <= dev_fraction < 1 and 0 <= test_fraction < 1 and dev_fraction + test_fraction < 1):
@@ -285,6 +287,8 @@ def prepare_corpus(
     given_vocab = None
     if extend_vocab and vocab_path is None:
         raise ValueError("extend_vocab extends a given vocabulary: give vocab_path too")
+    if rank_vocab and vocab_path is None:
+        raise ValueError("rank_vocab ranks a given vocabulary (a vocabulary built from the text is ranked already): give vocab_path too")
     if vocab_path is not None:
         if max_vocab or (min_count != 1 and not extend_vocab):
             raise ValueError("min_count and max_vocab build a vocabulary: leave them out with a given vocabulary (min_count applies when extending it)")
@@ -316,7 +320,7 @@ def prepare_corpus(
     if given_vocab is None:
         vocab = build_vocab(train, min_count, max_vocab)
     else:
-        vocab = ranked_vocab(given_vocab, train, min_count if extend_vocab else None)
+        vocab = vocab_from_given(given_vocab, train, min_count if extend_vocab else None, rank_vocab)
     Vocabulary(vocab).to_file(output_dir / VOCAB_FILE)
     stats = dataclasses.replace(
         stats,
@@ -377,18 +381,20 @@ def build_vocab(lines: Iterable[str], min_count: int = 1, max_size: int = 0) -> 
     return vocab[:max_size] if max_size else vocab
 
 
-def ranked_vocab(given: Sequence[str], lines: Iterable[str], add_min_count: Optional[int] = None) -> List[str]:
-    """The special tokens, then `given`'s other words (and with `add_min_count`, the tokens
-    of `lines` that `given` lacks seen at least that often), most frequent in `lines` first;
-    ties keep `given`'s order (added words after, in code-point order), so the words
-    `lines` lacks close the list in their given order.
+def vocab_from_given(given: Sequence[str], lines: Iterable[str], add_min_count: Optional[int] = None, rank: bool = False) -> List[str]:
+    """`given` (special tokens first), with `add_min_count` followed by the tokens of
+    `lines` it lacks seen at least that often (most frequent first, ties in code-point
+    order). With `rank`, the words after the special tokens are then ranked by their counts
+    in `lines`, ties in the order above, so the words `lines` lacks close the list.
 
     The sampled softmax draws its negatives as if row ids ranked the words by frequency
-    (`distinct_log_uniform`): a vocabulary kept in the order of the text it came from
-    draws the new text's frequent words as rarely as the old text had them."""
+    (`distinct_log_uniform`): in the order of the text a vocabulary came from, it draws
+    the new text's frequent words as rarely as the old text had them."""
     counts = _token_counts(lines)
     words = [token for token in given if token not in SPECIAL_TOKENS]
     if add_min_count is not None:
         known = set(given)
         words += sorted((t for t, c in counts.items() if c >= add_min_count and t not in known), key=lambda t: (-counts[t], t))
-    return list(SPECIAL_TOKENS) + sorted(words, key=lambda t: -counts[t])
+    if rank:
+        words.sort(key=lambda t: -counts[t])
+    return list(SPECIAL_TOKENS) + words

@@ -148,38 +148,46 @@ def train_counts(directory):
     return Counter(token for line in train for token in line.split(" "))
 
 
-def test_a_given_vocabulary_keeps_its_words_ranked_by_their_counts_in_the_new_text(tmp_path):
+def test_a_given_vocabulary_is_used_as_it_is_or_ranked_by_the_new_texts_counts(tmp_path):
     (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
     given = [*SPECIAL_TOKENS, "zebra", "river", "apple", "bank"]
     (tmp_path / "vocab.txt").write_text("\n".join(given) + "\n", encoding="utf-8")
-    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", dev_fraction=0.0, test_fraction=0.0, vocab_path=tmp_path / "vocab.txt")
-    counts = train_counts(tmp_path / "out")
-    assert counts["bank"] > counts["river"] > counts["zebra"] == counts["apple"] == 0
-    written = (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    assert written == [*SPECIAL_TOKENS, "bank", "river", "zebra", "apple"]  # words the text lacks keep their order
-    assert written == [*SPECIAL_TOKENS, *sorted(given[3:], key=lambda t: (-counts[t], given.index(t)))]
+    everything = {"dev_fraction": 0.0, "test_fraction": 0.0, "vocab_path": tmp_path / "vocab.txt"}
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", **everything)
+    assert (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines() == given
     assert stats.vocab_size == len(given)
+    prepare_corpus(tmp_path / "in.txt", tmp_path / "ranked", **everything, rank_vocab=True)
+    counts = train_counts(tmp_path / "ranked")
+    assert counts["bank"] > counts["river"] > counts["zebra"] == counts["apple"] == 0
+    ranked = (tmp_path / "ranked" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert ranked == [*SPECIAL_TOKENS, "bank", "river", "zebra", "apple"]  # words the text lacks keep their order
+    assert ranked == [*SPECIAL_TOKENS, *sorted(given[3:], key=lambda t: (-counts[t], given.index(t)))]
     with pytest.raises(ValueError, match="leave them out"):
         prepare_corpus(tmp_path / "in.txt", tmp_path / "other", vocab_path=tmp_path / "vocab.txt", max_vocab=10)
+    with pytest.raises(ValueError, match="rank_vocab ranks a given vocabulary"):
+        prepare_corpus(tmp_path / "in.txt", tmp_path / "other", rank_vocab=True)
     (tmp_path / "bad.txt").write_text("a\nb\n", encoding="utf-8")
     with pytest.raises(ValueError, match="bad.txt: a vocabulary must start with"):
         prepare_corpus(tmp_path / "in.txt", tmp_path / "other", vocab_path=tmp_path / "bad.txt")
 
 
-def test_an_extended_vocabulary_adds_the_frequent_training_tokens_and_ranks_all_by_their_counts(tmp_path):
+def test_an_extended_vocabulary_appends_the_frequent_training_tokens_or_ranks_all_by_their_counts(tmp_path):
     (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
     given = [*SPECIAL_TOKENS, "river", "zebra", "bank"]
     (tmp_path / "vocab.txt").write_text("\n".join(given) + "\n", encoding="utf-8")
-    everything = {"dev_fraction": 0.0, "test_fraction": 0.0}
-    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", **everything, min_count=2, vocab_path=tmp_path / "vocab.txt", extend_vocab=True)
+    everything = {"dev_fraction": 0.0, "test_fraction": 0.0, "min_count": 2, "vocab_path": tmp_path / "vocab.txt", "extend_vocab": True}
+    stats = prepare_corpus(tmp_path / "in.txt", tmp_path / "out", **everything)
     counts = train_counts(tmp_path / "out")
-    added = [t for t, n in counts.items() if n >= 2 and t not in given]
+    added = sorted((t for t, n in counts.items() if n >= 2 and t not in given), key=lambda t: (-counts[t], t))
     assert added and any(n == 1 for n in counts.values())  # the text has words to add and words too rare to add
+    assert (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines() == given + added
+    assert stats.vocab_size == len(given) + len(added)
+    prepare_corpus(tmp_path / "in.txt", tmp_path / "ranked", **everything, rank_vocab=True)
     assert any(counts[t] > counts["river"] for t in added)  # an added word outranks a given one
     order = {t: (0, given.index(t)) if t in given else (1, t) for t in given[3:] + added}
     expected = [*SPECIAL_TOKENS, *sorted(order, key=lambda t: (-counts[t], order[t]))]
-    assert (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines() == expected
-    assert expected[-1] == "zebra" and stats.vocab_size == len(given) + len(added)
+    assert (tmp_path / "ranked" / "vocab.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert expected[-1] == "zebra"
     with pytest.raises(ValueError, match="extends a given vocabulary"):
         prepare_corpus(tmp_path / "in.txt", tmp_path / "other", extend_vocab=True)
     with pytest.raises(ValueError, match="min_count applies when extending"):
