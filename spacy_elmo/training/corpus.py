@@ -375,10 +375,14 @@ def _token_counts(lines: Iterable[str]) -> Counter:
 def build_vocab(lines: Iterable[str], min_count: int = 1, max_size: int = 0) -> List[str]:
     """`<S>`, `</S>`, `<UNK>`, then tokens seen at least `min_count` times, most frequent
     first (ties in code-point order), at most `max_size` entries in all when positive."""
-    counts = _token_counts(lines)
-    ranked = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
-    vocab = list(SPECIAL_TOKENS) + ranked
+    vocab = list(SPECIAL_TOKENS) + _frequent_tokens(_token_counts(lines), min_count)
     return vocab[:max_size] if max_size else vocab
+
+
+def _frequent_tokens(counts: Counter, min_count: int) -> List[str]:
+    """The tokens counted at least `min_count` times, most frequent first (ties in
+    code-point order)."""
+    return sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
 
 
 def vocab_from_given(given: Sequence[str], lines: Iterable[str], add_min_count: Optional[int] = None, rank: bool = False) -> List[str]:
@@ -394,7 +398,7 @@ def vocab_from_given(given: Sequence[str], lines: Iterable[str], add_min_count: 
     words = [token for token in given if token not in SPECIAL_TOKENS]
     if add_min_count is not None:
         known = set(given)
-        words += sorted((t for t, c in counts.items() if c >= add_min_count and t not in known), key=lambda t: (-counts[t], t))
+        words += [token for token in _frequent_tokens(counts, add_min_count) if token not in known]
     if rank:
         words.sort(key=lambda t: -counts[t])
     return list(SPECIAL_TOKENS) + words
