@@ -4,6 +4,8 @@ evaluate both on a test set, and write the comparison.
     python scripts/downstream.py train BASE.cfg ELMO.cfg OUTPUT_DIR --bilm MODEL --train T.spacy --dev D.spacy --seeds 0,1 --max-steps 2500
     python scripts/downstream.py evaluate OUTPUT_DIR TEST.spacy --output metrics/downstream.json --table metrics/downstream.md
     python scripts/downstream.py sample TRAIN.spacy SMALL.spacy --docs 1254 --seed 0
+    python scripts/downstream.py sample TRAIN.spacy HALF_A.spacy --docs 6272 --rest HALF_B.spacy
+    python scripts/downstream.py lines HALF_A.spacy HALF_A.txt
 
 `sample` draws a seeded random share of a training DocBin, for the twins at less task data
 (UD EWT's training file is ordered by genre, so its first docs are not a fair share).
@@ -59,12 +61,16 @@ def fingerprint(path: Path) -> str:
     return tree_digest(path)
 
 
-def run_inputs(config: str, seed: int, max_steps: int, train: str, dev: str, bilm: Optional[str], settings: Dict[str, Any]) -> Dict[str, Any]:
+def run_inputs(
+    config: str, seed: int, max_steps: int, train: str, dev: str, bilm: Optional[str], layers: List[str], settings: Dict[str, Any]
+) -> Dict[str, Any]:
     """What a run depends on (the files as their `fingerprint`s): a finished run with the
     same inputs is not repeated."""
-    inputs = {"config": config, "seed": seed, "max_steps": max_steps, "train": train, "dev": dev}
+    inputs: Dict[str, Any] = {"config": config, "seed": seed, "max_steps": max_steps, "train": train, "dev": dev}
     if bilm is not None:
         inputs["bilm"] = bilm
+    if layers:
+        inputs["elmo_layers"] = layers
     if settings:
         inputs["overrides"] = settings
     return inputs
@@ -77,6 +83,7 @@ INPUT_NAMES = {
     "train": "training data",
     "dev": "dev data",
     "bilm": "biLM",
+    "elmo_layers": "precomputed layers",
     "overrides": "--set overrides",
 }
 """How messages name a run's inputs."""
@@ -110,8 +117,8 @@ def finished_inputs(run_dir: Path) -> Optional[Dict[str, Any]]:
     return json.loads(path.read_text()).get("inputs") if path.is_file() else None
 
 
-def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], epochs_log: Path) -> Dict[str, Any]:
-    """The same for both arms, but for the biLM's path."""
+def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], layers: List[Path], epochs_log: Path) -> Dict[str, Any]:
+    """The same for both arms, but for the biLM's path and its precomputed layers."""
     values: Dict[str, Any] = {
         "system.seed": seed,
         "training.max_steps": max_steps,
@@ -121,6 +128,8 @@ def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[
     }
     if bilm is not None:
         values["paths.elmo"] = str(bilm)
+    if layers:
+        values["initialize.components"] = {"elmo": {"layers_files": [str(path) for path in layers]}}
     return values
 
 
@@ -135,6 +144,12 @@ def train(
     seeds: str = typer.Option("0,1", help="Comma-separated seeds"),
     max_steps: int = typer.Option(2500, min=1, help="spaCy training steps per run"),
     elmo_arm: str = typer.Option("elmo", help="Folder of the ELMo arm's runs in OUTPUT_DIR"),
+    elmo_layers: List[Path] = typer.Option(
+        [],
+        "--elmo-layers",
+        help="A `dump --all` file whose sentences' layers the ELMo arm reads in place of the biLM's while it trains "
+        "(repeatable; the cross-fitted adaptation's training layers)",
+    ),
     setting: List[str] = typer.Option(
         [],
         "--set",
@@ -153,17 +168,18 @@ def train(
     seed_list = parse_seeds(seeds)
     arm_list = parse_arms(arms)
     settings = parse_settings(setting)
-    for path in (base_config, elmo_config, train_path, dev_path, bilm):
+    for path in (base_config, elmo_config, train_path, dev_path, bilm, *elmo_layers):
         if not path.exists():
             raise typer.BadParameter(f"{path} not found")
     configs = {"base": base_config, "elmo": elmo_config}
     folders = arm_folders(elmo_arm)
-    digests = {path: fingerprint(path) for path in {base_config, elmo_config, train_path, dev_path, bilm}}
+    digests = {path: fingerprint(path) for path in {base_config, elmo_config, train_path, dev_path, bilm, *elmo_layers}}
     runs = []
     for seed in seed_list:
         for arm in arm_list:
             arm_bilm = digests[bilm] if arm == "elmo" else None
-            inputs = run_inputs(digests[configs[arm]], seed, max_steps, digests[train_path], digests[dev_path], arm_bilm, settings)
+            arm_layers = [digests[path] for path in elmo_layers] if arm == "elmo" else []
+            inputs = run_inputs(digests[configs[arm]], seed, max_steps, digests[train_path], digests[dev_path], arm_bilm, arm_layers, settings)
             runs.append((arm, seed, output_dir / folders[arm] / f"seed{seed}", inputs))
     if not replace:
         refuse_to_replace(runs)
@@ -190,6 +206,8 @@ def train(
         ]
         if arm == "elmo":
             command += ["--bilm", str(bilm)]
+            for path in elmo_layers:
+                command += ["--elmo-layers", str(path)]
         for item in setting:
             command += ["--set", item]
         result = subprocess.run(command)
@@ -226,6 +244,7 @@ def run(
     train_path: Path = typer.Option(..., "--train"),
     dev_path: Path = typer.Option(..., "--dev"),
     bilm: Optional[Path] = typer.Option(None),
+    elmo_layers: List[Path] = typer.Option([], "--elmo-layers"),
     setting: List[str] = typer.Option([], "--set", help='KEY=VALUE config override (VALUE in JSON), e.g. components.elmo.layer_cache="never"'),
 ) -> None:
     """One run, in this process: spacy train, then its seconds and peak RSS in run.json."""
@@ -237,7 +256,7 @@ def run(
     epochs_log = run_dir / "epochs.jsonl"
     start = time.perf_counter()
     extra = parse_settings(setting)
-    spacy_train(config, run_dir, overrides={**overrides(seed, max_steps, train_path, dev_path, bilm, epochs_log), **extra})
+    spacy_train(config, run_dir, overrides={**overrides(seed, max_steps, train_path, dev_path, bilm, elmo_layers, epochs_log), **extra})
     seconds = time.perf_counter() - start
     epochs = [json.loads(line) for line in epochs_log.read_text().splitlines() if line.strip()]
     record = {"seed": seed, "max_steps": max_steps, "train_seconds": seconds, "peak_rss_mb": peak_rss_mb(), "epochs": epochs}
@@ -360,8 +379,10 @@ def sample(
     output: Path = typer.Argument(..., help="The sample, a DocBin"),
     docs: int = typer.Option(..., min=1, help="How many docs to draw (without replacement)"),
     seed: int = typer.Option(0, help="Seed of the draw"),
+    rest: Optional[Path] = typer.Option(None, help="Also write the docs not drawn here (a DocBin): the two halves of a cross-fitted adaptation"),
 ) -> None:
-    """Write DOCS docs of TRAIN_PATH drawn at random (in their original order) to OUTPUT."""
+    """Write DOCS docs of TRAIN_PATH drawn at random (in their original order) to OUTPUT,
+    and with --rest the others (in their original order) to REST."""
     import spacy
     from spacy.tokens import DocBin
 
@@ -376,6 +397,30 @@ def sample(
     DocBin(docs=[all_docs[i] for i in chosen], store_user_data=True).to_disk(output)
     words = sum(len(all_docs[i]) for i in chosen)
     typer.echo(f"{docs} of {len(all_docs)} docs ({words:,} words) drawn with seed {seed} into {output}")
+    if rest is not None:
+        drawn = set(chosen)
+        others = [doc for i, doc in enumerate(all_docs) if i not in drawn]
+        rest.parent.mkdir(parents=True, exist_ok=True)
+        DocBin(docs=others, store_user_data=True).to_disk(rest)
+        typer.echo(f"the other {len(others)} docs ({sum(len(d) for d in others):,} words) into {rest}")
+
+
+@app.command()
+def lines(
+    docbin: Path = typer.Argument(..., help="A DocBin"),
+    output: Path = typer.Argument(..., help="Text, one doc per line"),
+) -> None:
+    """Write each doc of DOCBIN as one line of its tokens joined by spaces (whitespace tokens
+    left out, as the elmo component reads them): the input of `dump --all` for the twins'
+    --elmo-layers."""
+    import spacy
+    from spacy.tokens import DocBin
+
+    if not docbin.is_file():
+        raise typer.BadParameter(f"{docbin} not found")
+    texts = [" ".join(t.text for t in doc if not t.is_space) for doc in DocBin().from_disk(docbin).get_docs(spacy.blank("xx").vocab)]
+    write_whole(output, "".join(f"{text}\n" for text in texts if text))
+    typer.echo(f"{len(texts)} docs into {output}")
 
 
 def arm_folders(elmo_arm: str) -> Dict[str, str]:

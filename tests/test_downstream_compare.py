@@ -318,3 +318,47 @@ def test_train_refuses_arms_other_than_base_and_elmo(downstream, twin_inputs, ar
 
     assert result.exit_code != 0
     assert "--arms must list 'base', 'elmo' or both" in plain(result.output) and not (twin_inputs / "runs").exists()
+
+
+def test_precomputed_layers_go_to_the_elmo_arm_only_and_pair_with_the_base_runs(downstream, monkeypatch, twin_inputs):
+    """`--elmo-layers` is an input of the ELMo arm alone (like its biLM): the base runs
+    trained without it are kept and still pair with the ELMo runs trained with it."""
+    train(downstream, monkeypatch, twin_inputs, "--arms", "base")
+    (twin_inputs / "layers.hdf5").write_text("layers")
+    commands = train(downstream, monkeypatch, twin_inputs, "--elmo-arm", "crossfit", "--elmo-layers", str(twin_inputs / "layers.hdf5"))
+    assert len(commands) == 2 and all(run_dir_of(command).parent.name == "crossfit" for command in commands)
+    assert all(command[command.index("--elmo-layers") + 1] == str(twin_inputs / "layers.hdf5") for command in commands)
+    base = downstream.finished_runs(twin_inputs / "runs" / "base")
+    elmo = downstream.finished_runs(twin_inputs / "runs" / "crossfit")
+    assert "elmo_layers" not in base[0]["inputs"] and elmo[0]["inputs"]["elmo_layers"] == [downstream.fingerprint(twin_inputs / "layers.hdf5")]
+    assert downstream.paired_seeds(base, elmo, {"base": "base", "elmo": "crossfit"}) == [0, 1]
+
+    (twin_inputs / "layers.hdf5").write_text("other layers")
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--elmo-arm", "crossfit", "--elmo-layers", str(twin_inputs / "layers.hdf5")))
+    assert result.exit_code != 0 and "other precomputed layers" in result.output
+
+
+def test_precomputed_layers_reach_the_elmo_components_initialization(downstream, tmp_path):
+    values = downstream.overrides(0, 10, tmp_path / "t", tmp_path / "d", tmp_path / "b", [tmp_path / "a.hdf5", tmp_path / "b.hdf5"], tmp_path / "e")
+    assert values["initialize.components"] == {"elmo": {"layers_files": [str(tmp_path / "a.hdf5"), str(tmp_path / "b.hdf5")]}}
+    assert "initialize.components" not in downstream.overrides(0, 10, tmp_path / "t", tmp_path / "d", None, [], tmp_path / "e")
+
+
+def test_sample_rest_and_lines_split_a_docbin_into_halves_as_the_component_reads_them(downstream, tmp_path):
+    from spacy.tokens import Doc, DocBin
+
+    nlp = spacy.blank("en")
+    docs = [Doc(nlp.vocab, words=[f"w{i}", "runs", " ", "."], spaces=[True, False, False, False]) for i in range(10)]
+    DocBin(docs=docs).to_disk(tmp_path / "train.spacy")
+    runner = CliRunner()
+    arguments = ["sample", str(tmp_path / "train.spacy"), str(tmp_path / "a.spacy"), "--docs", "4", "--seed", "3", "--rest", str(tmp_path / "b.spacy")]
+    result = runner.invoke(downstream.app, arguments)
+    assert result.exit_code == 0, result.output
+    halves = [[doc[0].text for doc in DocBin().from_disk(tmp_path / f"{half}.spacy").get_docs(nlp.vocab)] for half in "ab"]
+    assert len(halves[0]) == 4 and len(halves[1]) == 6
+    assert sorted(halves[0] + halves[1], key=lambda w: int(w[1:])) == [f"w{i}" for i in range(10)]
+    assert all(half == sorted(half, key=lambda w: int(w[1:])) for half in halves)
+
+    result = runner.invoke(downstream.app, ["lines", str(tmp_path / "b.spacy"), str(tmp_path / "b.txt")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "".join(f"{word} runs .\n" for word in halves[1])

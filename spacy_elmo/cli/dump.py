@@ -17,6 +17,7 @@ from ..io.staging import staged_file
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
 from ..pipeline.config import ElmoSettings
+from ..pipeline.precomputed import usable_as_key
 from ..pipeline.threads import apply_num_threads
 from .app import app, clean_errors
 
@@ -83,12 +84,6 @@ def dump(
                 dataset[0] = json.dumps(sentence_to_index)
     elapsed = time.perf_counter() - start
     typer.echo(f"{n_lines} sentences, {n_tokens} tokens in {elapsed:.1f} s ({n_tokens / elapsed:.0f} tokens/s) -> {output_file}")
-
-
-def usable_as_key(sentence: str) -> bool:
-    """Whether `sentence` can name an HDF5 dataset, as --use-sentence-keys needs: no '/',
-    no NUL, not a lone '.'."""
-    return "/" not in sentence and "\x00" not in sentence and sentence != "."
 
 
 def scan_input(path: Path, use_sentence_keys: bool) -> Tuple[int, int]:

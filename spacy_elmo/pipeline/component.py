@@ -3,7 +3,7 @@
 import dataclasses
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 from spacy.language import Language
@@ -30,6 +30,7 @@ from .config import ElmoSettings, LayerCacheMode, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .layer_cache import LayerCache, Words
 from .output import ElmoOutput, token_offsets
+from .precomputed import PrecomputedLayers
 from .segments import Segment, doc_segments
 from .similarity import set_similarity_hooks
 from .threads import apply_num_threads
@@ -119,6 +120,7 @@ class ElmoComponent(Pipe):
         self._mix: Optional[LayerMix] = None
         self._embedder: Optional[Embedder] = None
         self._layer_cache: Optional[LayerCache] = None
+        self._precomputed: Optional[PrecomputedLayers] = None
 
     @property
     def bilm(self) -> BiLM:
@@ -227,9 +229,15 @@ class ElmoComponent(Pipe):
                 return None
         return config.n_output_layers, config.output_dim
 
-    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
-        """Load the weights now rather than on the first doc."""
-        _ = self.bilm
+    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None, layers_files: Sequence[str] = ()) -> None:
+        """Load the weights now rather than on the first doc. `layers_files` (`dump --all`
+        files, set in `[initialize.components.elmo]`): the sentences they hold take their
+        layers from them in place of the biLM from now on in this process (a training run's;
+        a saved pipeline does not keep them)."""
+        bilm = self.bilm
+        if self._precomputed is not None:
+            self._precomputed.close()
+        self._precomputed = PrecomputedLayers(layers_files, bilm.n_output_layers, bilm.config.output_dim) if layers_files else None
 
     def __call__(self, doc: Doc) -> Doc:
         self.annotate([doc])
@@ -245,8 +253,8 @@ class ElmoComponent(Pipe):
                 error_handler(self.name, self, docs, err)
 
     def annotate(self, docs: List[Doc]) -> None:
-        """Run the biLM over `docs` (segments found in the layer cache excepted) and store
-        the results on them."""
+        """Run the biLM over `docs` (segments found in `layers_files` or the layer cache
+        excepted) and store the results on them."""
         bilm = self.bilm  # loads the weights on first use
         apply_num_threads(self.settings.num_threads)
         width = bilm.config.output_dim
@@ -258,11 +266,13 @@ class ElmoComponent(Pipe):
         for index, doc in enumerate(docs):
             for segment in doc_segments(doc, index, settings.use_sentences, settings.window_size, settings.window_overlap):
                 words = tuple(doc[i].text for i in segment.token_indices)
-                cached = cache.get(words) if cache is not None else None
-                if cached is None:
+                known = self._stored_layers(words)
+                if known is None and cache is not None:
+                    known = cache.get(words)
+                if known is None:
                     to_embed.append((segment, words))
                 else:
-                    _write_segment(stored, segment, cached)
+                    _write_segment(stored, segment, known)
         for batch in token_budget_batches(to_embed, settings.batch_tokens, length=lambda item: len(item[1])):
             values = self._embed([words for _, words in batch])
             for row, (segment, words) in enumerate(batch):
@@ -272,6 +282,13 @@ class ElmoComponent(Pipe):
                 _write_segment(stored, segment, segment_values)
         for doc, values in zip(docs, stored):
             self._store(doc, values)
+
+    def _stored_layers(self, words: Words) -> Optional[numpy.ndarray]:
+        """The sentence's layers from `layers_files` (mixed when layers are not kept), if there."""
+        layers = self._precomputed.get(words) if self._precomputed is not None else None
+        if layers is None or self.settings.keep_layers:
+            return layers
+        return self.mix.apply(layers)
 
     def _embed(self, sentences: List[Words]) -> numpy.ndarray:
         """(L + 1, batch, time, 2P) float32 layers, or (batch, time, 2P) mixed when layers are not kept."""
