@@ -129,7 +129,7 @@ def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[
     if bilm is not None:
         values["paths.elmo"] = str(bilm)
     if layers:
-        values["initialize.components"] = {"elmo": {"layers_files": [str(path) for path in layers]}}
+        values["initialize.after_init"] = {"@callbacks": "spacy-elmo.precomputed_layers.v1", "paths": [str(path) for path in layers]}
     return values
 
 

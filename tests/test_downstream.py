@@ -203,3 +203,24 @@ def test_a_run_trains_with_the_overrides_it_is_given(tmp_path):
     assert nlp.get_pipe("tok2vec").model.get_dim("nO") == 32
     assert nlp.get_pipe("tagger").model.get_ref("tok2vec").get_dim("nO") == 32
     assert json.loads((run_dir / "run.json").read_text())["max_steps"] == 2
+
+
+def test_a_runs_precomputed_layers_reach_the_elmo_component_in_spacy_train(tmp_path, tiny_model_dir):
+    """`run --elmo-layers` hands the file to the elmo component's initialization inside
+    `spacy train`: a file of another width stops the run with the component's message."""
+    import h5py
+
+    ud_dir = toy_treebank(tmp_path / "ud", sentences=(20, 5, 5))
+    for split in ("train", "dev"):
+        convert = [sys.executable, "-m", "spacy", "convert", str(ud_dir / f"en_ewt-ud-{split}.conllu"), str(ud_dir), "--converter", "conllu"]
+        subprocess.run(convert, check=True, capture_output=True, timeout=300)
+    with h5py.File(tmp_path / "wide.hdf5", "w") as out:
+        out.create_dataset("0", data=[[[0.0] * 999] * 2] * 3)
+        out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())[0] = json.dumps({"a b": "0"})
+    command = [sys.executable, str(REPO / "scripts" / "downstream.py"), "run", str(REPO / "configs" / "ud-elmo-layers.cfg"), str(tmp_path / "run")]
+    command += ["--seed", "0", "--max-steps", "2", "--train", str(ud_dir / "en_ewt-ud-train.spacy"), "--dev", str(ud_dir / "en_ewt-ud-dev.spacy")]
+    command += ["--bilm", str(tiny_model_dir), "--elmo-layers", str(tmp_path / "wide.hdf5")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    output = " ".join((result.stdout + result.stderr).split())  # the traceback wraps lines
+    assert "holds arrays of shape (3, 2, 999), but the biLM gives 3 layers of width 12" in output

@@ -340,8 +340,9 @@ def test_precomputed_layers_go_to_the_elmo_arm_only_and_pair_with_the_base_runs(
 
 def test_precomputed_layers_reach_the_elmo_components_initialization(downstream, tmp_path):
     values = downstream.overrides(0, 10, tmp_path / "t", tmp_path / "d", tmp_path / "b", [tmp_path / "a.hdf5", tmp_path / "b.hdf5"], tmp_path / "e")
-    assert values["initialize.components"] == {"elmo": {"layers_files": [str(tmp_path / "a.hdf5"), str(tmp_path / "b.hdf5")]}}
-    assert "initialize.components" not in downstream.overrides(0, 10, tmp_path / "t", tmp_path / "d", None, [], tmp_path / "e")
+    paths = [str(tmp_path / "a.hdf5"), str(tmp_path / "b.hdf5")]
+    assert values["initialize.after_init"] == {"@callbacks": "spacy-elmo.precomputed_layers.v1", "paths": paths}
+    assert "initialize.after_init" not in downstream.overrides(0, 10, tmp_path / "t", tmp_path / "d", None, [], tmp_path / "e")
 
 
 def test_sample_rest_and_lines_split_a_docbin_into_halves_as_the_component_reads_them(downstream, tmp_path):

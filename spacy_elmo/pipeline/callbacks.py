@@ -5,10 +5,12 @@ import resource
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 from spacy.language import Language
 from spacy.util import registry
+
+from .component import elmo_component
 
 
 @registry.callbacks("spacy-elmo.epoch_times.v1")
@@ -38,6 +40,20 @@ def epoch_times(path: str) -> Callable[[Language, Dict[str, Any]], None]:
             current.update(epoch=info["epoch"], start=now, first_step=info["step"])
 
     return before_update
+
+
+@registry.callbacks("spacy-elmo.precomputed_layers.v1")
+def precomputed_layers(paths: List[str], component: str = "elmo") -> Callable[[Language], Language]:
+    """An `[initialize.after_init]` callback: once `nlp.initialize()` (in `spacy train`)
+    is done, the elmo component `component` reads the layers of the sentences that the
+    `dump --all` files at `paths` hold from them for the rest of the process
+    (`ElmoComponent.use_precomputed_layers`). `spacy.load` does not run it."""
+
+    def after_init(nlp: Language) -> Language:
+        elmo_component(nlp, component).use_precomputed_layers(paths)
+        return nlp
+
+    return after_init
 
 
 def peak_rss_mb() -> float:

@@ -229,15 +229,18 @@ class ElmoComponent(Pipe):
                 return None
         return config.n_output_layers, config.output_dim
 
-    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None, layers_files: Sequence[str] = ()) -> None:
-        """Load the weights now rather than on the first doc. `layers_files` (`dump --all`
-        files, set in `[initialize.components.elmo]`): the sentences they hold take their
-        layers from them in place of the biLM from now on in this process (a training run's;
-        a saved pipeline does not keep them)."""
+    def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
+        """Load the weights now rather than on the first doc."""
+        _ = self.bilm
+
+    def use_precomputed_layers(self, paths: Sequence[str]) -> None:
+        """From now on in this process, the sentences the `dump --all` files at `paths` hold
+        take their layers from the files (the first that holds one) in place of the biLM's;
+        no paths: none. The files are not saved with the component."""
         bilm = self.bilm
         if self._precomputed is not None:
             self._precomputed.close()
-        self._precomputed = PrecomputedLayers(layers_files, bilm.n_output_layers, bilm.config.output_dim) if layers_files else None
+        self._precomputed = PrecomputedLayers(paths, bilm.n_output_layers, bilm.config.output_dim) if paths else None
 
     def __call__(self, doc: Doc) -> Doc:
         self.annotate([doc])
