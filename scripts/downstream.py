@@ -409,16 +409,19 @@ def sample(
 def lines(
     docbin: Path = typer.Argument(..., help="A DocBin"),
     output: Path = typer.Argument(..., help="Text, one doc per line"),
+    lang: str = typer.Option("en", help="The language of the pipeline whose training reads DOCBIN"),
 ) -> None:
-    """Write each doc of DOCBIN as one line of its tokens joined by spaces (whitespace tokens
-    left out, as the elmo component reads them): the input of `dump --all` for the twins'
-    --elmo-layers."""
+    """Write each doc of DOCBIN as one line of the tokens the elmo component reads in
+    `spacy train` (the doc as spaCy's corpus reader gives it to the pipeline: the text
+    tokenized by LANG's tokenizer; whitespace tokens left out, tokens joined by spaces):
+    the input of `dump --all` for the twins' --elmo-layers."""
     import spacy
-    from spacy.tokens import DocBin
+    from spacy.training import Corpus
 
     if not docbin.is_file():
         raise typer.BadParameter(f"{docbin} not found")
-    texts = [" ".join(t.text for t in doc if not t.is_space) for doc in DocBin().from_disk(docbin).get_docs(spacy.blank("xx").vocab)]
+    examples = Corpus(docbin)(spacy.blank(lang))
+    texts = [" ".join(t.text for t in example.predicted if not t.is_space) for example in examples]
     write_whole(output, "".join(f"{text}\n" for text in texts if text))
     typer.echo(f"{len(texts)} docs into {output}")
 

@@ -345,21 +345,33 @@ def test_precomputed_layers_reach_the_elmo_components_initialization(downstream,
     assert "initialize.after_init" not in downstream.overrides(0, 10, tmp_path / "t", tmp_path / "d", None, [], tmp_path / "e")
 
 
-def test_sample_rest_and_lines_split_a_docbin_into_halves_as_the_component_reads_them(downstream, tmp_path):
+def test_sample_rest_splits_a_docbin_into_two_halves(downstream, tmp_path):
     from spacy.tokens import Doc, DocBin
 
     nlp = spacy.blank("en")
-    docs = [Doc(nlp.vocab, words=[f"w{i}", "runs", " ", "."], spaces=[True, False, False, False]) for i in range(10)]
-    DocBin(docs=docs).to_disk(tmp_path / "train.spacy")
-    runner = CliRunner()
+    DocBin(docs=[Doc(nlp.vocab, words=[f"w{i}", "runs", "."]) for i in range(10)]).to_disk(tmp_path / "train.spacy")
     arguments = ["sample", str(tmp_path / "train.spacy"), str(tmp_path / "a.spacy"), "--docs", "4", "--seed", "3", "--rest", str(tmp_path / "b.spacy")]
-    result = runner.invoke(downstream.app, arguments)
+    result = CliRunner().invoke(downstream.app, arguments)
     assert result.exit_code == 0, result.output
-    halves = [[doc[0].text for doc in DocBin().from_disk(tmp_path / f"{half}.spacy").get_docs(nlp.vocab)] for half in "ab"]
-    assert len(halves[0]) == 4 and len(halves[1]) == 6
-    assert sorted(halves[0] + halves[1], key=lambda w: int(w[1:])) == [f"w{i}" for i in range(10)]
-    assert all(half == sorted(half, key=lambda w: int(w[1:])) for half in halves)
+    halves = [[int(doc[0].text[1:]) for doc in DocBin().from_disk(tmp_path / f"{half}.spacy").get_docs(nlp.vocab)] for half in "ab"]
+    assert len(halves[0]) == 4 and sorted(halves[0] + halves[1]) == list(range(10))
+    assert all(half == sorted(half) for half in halves)
 
-    result = runner.invoke(downstream.app, ["lines", str(tmp_path / "b.spacy"), str(tmp_path / "b.txt")])
+
+def test_lines_writes_the_tokens_the_elmo_component_reads_in_spacy_train(downstream, tmp_path):
+    """spaCy's corpus reader gives the pipeline the doc's text tokenized again (UD's
+    "'Akkab" is two tokens to spaCy's English tokenizer); whitespace tokens are left out."""
+    from spacy.tokens import Doc, DocBin
+
+    nlp = spacy.blank("en")
+    docs = [
+        Doc(nlp.vocab, words=["Hamid", "'Akkab", "came", "."], spaces=[True, True, False, False]),
+        Doc(nlp.vocab, words=["Two", " ", "spaces", "!"], spaces=[True, False, False, False]),
+    ]
+    DocBin(docs=docs).to_disk(tmp_path / "docs.spacy")
+    result = CliRunner().invoke(downstream.app, ["lines", str(tmp_path / "docs.spacy"), str(tmp_path / "docs.txt")])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "".join(f"{word} runs .\n" for word in halves[1])
+    expected = [" ".join(t.text for t in nlp.make_doc(doc.text) if not t.is_space) for doc in docs]
+    assert expected[0] != "Hamid 'Akkab came ."  # the reader's tokens, not the DocBin's
+    assert (tmp_path / "docs.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert expected[1] == "Two spaces !"
