@@ -22,7 +22,7 @@ def test_entry_points_are_declared():
     assert [name for name, _ in declared("spacy_factories")] == ["elmo"]
     architectures = [name for name, _ in declared("spacy_architectures")]
     assert architectures == ["spacy-elmo.ElmoLayers.v1", "spacy-elmo.ElmoScalarMix.v1", "spacy-elmo.ElmoScalarMix.v2", "spacy-elmo.WithElmo.v1"]
-    assert [name for name, _ in declared("spacy_callbacks")] == ["spacy-elmo.epoch_times.v1"]
+    assert [name for name, _ in declared("spacy_callbacks")] == ["spacy-elmo.epoch_times.v1", "spacy-elmo.precomputed_layers.v1"]
 
 
 @pytest.mark.parametrize("name,target", declared("spacy_factories"))
@@ -67,5 +67,5 @@ def test_names_resolve_in_a_fresh_interpreter_through_entry_points():
     assert result.returncode == 0, result.stderr
     assert "['elmo']" in result.stdout
     assert "['ElmoLayers', 'ElmoScalarMix', 'ElmoScalarMix_v2', 'WithElmo']" in result.stdout
-    assert "['epoch_times']" in result.stdout
+    assert "['epoch_times', 'precomputed_layers']" in result.stdout
     assert spacy.__version__.startswith("3.")
