@@ -256,8 +256,8 @@ class ElmoComponent(Pipe):
                 error_handler(self.name, self, docs, err)
 
     def annotate(self, docs: List[Doc]) -> None:
-        """Run the biLM over `docs` (segments found in `layers_files` or the layer cache
-        excepted) and store the results on them."""
+        """Run the biLM over `docs` (segments found in the precomputed layers or the
+        layer cache excepted) and store the results on them."""
         bilm = self.bilm  # loads the weights on first use
         apply_num_threads(self.settings.num_threads)
         width = bilm.config.output_dim
@@ -287,7 +287,7 @@ class ElmoComponent(Pipe):
             self._store(doc, values)
 
     def _stored_layers(self, words: Words) -> Optional[numpy.ndarray]:
-        """The sentence's layers from `layers_files` (mixed when layers are not kept), if there."""
+        """The sentence's precomputed layers (mixed when layers are not kept), if there are."""
         layers = self._precomputed.get(words) if self._precomputed is not None else None
         if layers is None or self.settings.keep_layers:
             return layers

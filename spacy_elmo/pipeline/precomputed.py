@@ -27,20 +27,23 @@ class PrecomputedLayers:
         """n_layers, width: the biLM's, which every stored sentence must match."""
         import h5py
 
-        self.paths = [str(path) for path in paths]
         self.shape = (n_layers, width)
         self._files: List[Any] = []
         self._indexes: List[Optional[Dict[str, str]]] = []
-        for path in self.paths:
+        for path in paths:
             if not Path(path).is_file():
-                raise ValueError(f"layers_files: {path} not found")
+                raise ValueError(f"precomputed layers: {path} not found")
             try:
                 handle = h5py.File(path, "r")
             except OSError as err:
-                raise ValueError(f"layers_files: {path} is not an hdf5 file ({err})") from err
+                raise ValueError(f"precomputed layers: {path} is not an hdf5 file ({err})") from err
+            try:
+                self._check_first_sentence(str(path), handle)
+            except ValueError:
+                handle.close()
+                raise
             self._files.append(handle)
             self._indexes.append(json.loads(handle[INDEX_DATASET][0]) if INDEX_DATASET in handle else None)
-            self._check_first_sentence(path, handle)
 
     def _check_first_sentence(self, path: str, handle: Any) -> None:
         """Refuse a file of mixed or top-only layers, or one written by another biLM shape."""
@@ -50,11 +53,11 @@ class PrecomputedLayers:
             stored = handle[name].shape
             if len(stored) != 3 or (stored[0], stored[2]) != self.shape:
                 raise ValueError(
-                    f"layers_files: {path} holds arrays of shape {tuple(stored)}, but the biLM gives {self.shape[0]} layers "
+                    f"precomputed layers: {path} holds arrays of shape {tuple(stored)}, but the biLM gives {self.shape[0]} layers "
                     f"of width {self.shape[1]}: write it with `dump --all` and the same biLM architecture"
                 )
             return
-        raise ValueError(f"layers_files: {path} holds no sentences")
+        raise ValueError(f"precomputed layers: {path} holds no sentences")
 
     def get(self, words: Words) -> Optional[numpy.ndarray]:
         """(n_layers, len(words), width) float32, or None where no file holds the sentence."""
@@ -71,7 +74,7 @@ class PrecomputedLayers:
     def close(self) -> None:
         for handle in self._files:
             handle.close()
-        self._files = []
+        self._files, self._indexes = [], []
 
 
 def usable_as_key(sentence: str) -> bool:
