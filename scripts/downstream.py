@@ -18,7 +18,10 @@ run that finished with the same inputs is not trained again, so an interrupted `
 continues with the next unfinished run (an interrupted run restarts); `--arms base` and
 `--arms elmo` in two processes train one seed's arms side by side. `--set KEY=VALUE`
 overrides both arms' configs alike (a wider tok2vec for both, say) and is one of the
-inputs. A run finished with other inputs (another biLM, data, budget or override) is never
+inputs; `--elmo-layers FILE` (the ELMo arm alone, like its biLM, and one of its inputs)
+gives it training layers computed ahead of time by `dump --all` (a cross-fitted
+adaptation's: `sample --rest` splits the training docs in halves, `lines` writes a
+half's docs as the component reads them). A run finished with other inputs (another biLM, data, budget or override) is never
 replaced unasked: `train` refuses before training anything, naming the runs and what
 differs; give each setting an OUTPUT_DIR (and each biLM an `--elmo-arm`) of its own, or
 pass `--replace`. `evaluate` compares only runs trained alike: within an arm every seed
