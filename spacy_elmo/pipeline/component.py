@@ -289,14 +289,16 @@ class ElmoComponent(Pipe):
     def _stored_layers(self, words: Words) -> Optional[numpy.ndarray]:
         """The sentence's precomputed layers (mixed when layers are not kept), if there are."""
         layers = self._precomputed.get(words) if self._precomputed is not None else None
-        if layers is None or self.settings.keep_layers:
-            return layers
-        return self.mix.apply(layers)
+        return None if layers is None else self._as_kept(layers)
 
     def _embed(self, sentences: List[Words]) -> numpy.ndarray:
         """(L + 1, batch, time, 2P) float32 layers, or (batch, time, 2P) mixed when layers are not kept."""
         assert self._embedder is not None
-        layers = self._embedder(sentences).layers.cpu().numpy()
+        return self._as_kept(self._embedder(sentences).layers.cpu().numpy())
+
+    def _as_kept(self, layers: numpy.ndarray) -> numpy.ndarray:
+        """(L + 1, ..., 2P) layers as the component keeps them: as they are, or mixed to
+        (..., 2P) when layers are not kept."""
         return layers if self.settings.keep_layers else self.mix.apply(layers)
 
     def _store(self, doc: Doc, values: numpy.ndarray) -> None:
