@@ -18,7 +18,9 @@ run that finished with the same inputs is not trained again, so an interrupted `
 continues with the next unfinished run (an interrupted run restarts); `--arms base` and
 `--arms elmo` in two processes train one seed's arms side by side. `--set KEY=VALUE`
 overrides both arms' configs alike (a wider tok2vec for both, say) and is one of the
-inputs; `--elmo-layers FILE` (the ELMo arm alone, like its biLM, and one of its inputs)
+inputs; so is `--static-vectors DIR` (a pipeline with vectors, as `spacy init vectors`
+writes it, e.g. from scripts/static_vectors.py), which both arms' embeds read beside their
+hash embeddings: the twins against a base with static vectors; `--elmo-layers FILE` (the ELMo arm alone, like its biLM, and one of its inputs)
 gives it training layers computed ahead of time by `dump --all` (a cross-fitted
 adaptation's: `sample --rest` splits the training docs in halves, `lines` writes a
 half's docs as the component reads them). A run finished with other inputs (another biLM, data, budget or override) is never
@@ -65,7 +67,15 @@ def fingerprint(path: Path) -> str:
 
 
 def run_inputs(
-    config: str, seed: int, max_steps: int, train: str, dev: str, bilm: Optional[str], layers: List[str], settings: Dict[str, Any]
+    config: str,
+    seed: int,
+    max_steps: int,
+    train: str,
+    dev: str,
+    bilm: Optional[str],
+    layers: List[str],
+    settings: Dict[str, Any],
+    static_vectors: Optional[str] = None,
 ) -> Dict[str, Any]:
     """What a run depends on (the files as their `fingerprint`s): a finished run with the
     same inputs is not repeated."""
@@ -76,6 +86,8 @@ def run_inputs(
         inputs["elmo_layers"] = layers
     if settings:
         inputs["overrides"] = settings
+    if static_vectors is not None:
+        inputs["static_vectors"] = static_vectors
     return inputs
 
 
@@ -88,6 +100,7 @@ INPUT_NAMES = {
     "bilm": "biLM",
     "elmo_layers": "precomputed layers",
     "overrides": "--set overrides",
+    "static_vectors": "static vectors",
 }
 """How messages name a run's inputs."""
 
@@ -111,6 +124,31 @@ def parse_settings(items: List[str]) -> Dict[str, Any]:
         except json.JSONDecodeError as err:
             raise typer.BadParameter(message) from err
     return settings
+
+
+def static_vector_overrides(config: Path, vectors: Path) -> Dict[str, Any]:
+    """The overrides that make `config` read the static vectors of the pipeline `vectors`:
+    `paths.vectors` (read by `[initialize] vectors`) and every `include_static_vectors`
+    switched on (the baseline's embed, the ELMo arm's `embed.features`)."""
+    from thinc.api import Config
+
+    if not (vectors / "vocab" / "vectors").is_file():
+        raise typer.BadParameter(
+            f"{vectors} is not a pipeline with vectors: make one with `python -m spacy init vectors LANG VECTORS.vec {vectors}` (or scripts/static_vectors.py)"
+        )
+    switches = [f"{section}.include_static_vectors" for section in sections_with(Config().from_disk(config, interpolate=False), "include_static_vectors")]
+    if not switches:
+        raise typer.BadParameter(f"{config} has no embed that reads static vectors (no include_static_vectors setting)")
+    return {"paths.vectors": str(vectors), **dict.fromkeys(switches, True)}
+
+
+def sections_with(config: Dict[str, Any], key: str, prefix: str = "") -> List[str]:
+    """The dotted names of the sections of `config` (nested dicts) that hold `key`."""
+    names = [prefix[:-1]] if key in config and prefix else []
+    for name, value in config.items():
+        if isinstance(value, dict):
+            names += sections_with(value, key, f"{prefix}{name}.")
+    return names
 
 
 def finished_inputs(run_dir: Path) -> Optional[Dict[str, Any]]:
@@ -159,6 +197,11 @@ def train(
         help="KEY=VALUE override of both arms' configs (VALUE in JSON), e.g. components.tok2vec.model.encode.width=192; "
         "one of a run's inputs, so give each setting its own OUTPUT_DIR",
     ),
+    static_vectors: Optional[Path] = typer.Option(
+        None,
+        help="A pipeline with static vectors (`spacy init vectors`) that both arms' embeds read beside their hash embeddings; "
+        "one of a run's inputs, so give the runs with it an OUTPUT_DIR of their own",
+    ),
     replace: bool = typer.Option(
         False, "--replace", help="Train again the runs of OUTPUT_DIR finished with other inputs (without it, train refuses to replace them)"
     ),
@@ -171,18 +214,23 @@ def train(
     seed_list = parse_seeds(seeds)
     arm_list = parse_arms(arms)
     settings = parse_settings(setting)
-    for path in (base_config, elmo_config, train_path, dev_path, bilm, *elmo_layers):
+    vectors = [] if static_vectors is None else [static_vectors]
+    for path in (base_config, elmo_config, train_path, dev_path, bilm, *elmo_layers, *vectors):
         if not path.exists():
             raise typer.BadParameter(f"{path} not found")
     configs = {"base": base_config, "elmo": elmo_config}
+    if static_vectors is not None:
+        for config in configs.values():
+            static_vector_overrides(config, static_vectors)  # refuses before anything trains
     folders = arm_folders(elmo_arm)
-    digests = {path: fingerprint(path) for path in {base_config, elmo_config, train_path, dev_path, bilm, *elmo_layers}}
+    digests = {path: fingerprint(path) for path in {base_config, elmo_config, train_path, dev_path, bilm, *elmo_layers, *vectors}}
+    vectors_digest = None if static_vectors is None else digests[static_vectors]
     runs = []
     for seed in seed_list:
         for arm in arm_list:
             arm_bilm = digests[bilm] if arm == "elmo" else None
             arm_layers = [digests[path] for path in elmo_layers] if arm == "elmo" else []
-            inputs = run_inputs(digests[configs[arm]], seed, max_steps, digests[train_path], digests[dev_path], arm_bilm, arm_layers, settings)
+            inputs = run_inputs(digests[configs[arm]], seed, max_steps, digests[train_path], digests[dev_path], arm_bilm, arm_layers, settings, vectors_digest)
             runs.append((arm, seed, output_dir / folders[arm] / f"seed{seed}", inputs))
     if not replace:
         refuse_to_replace(runs)
@@ -213,6 +261,8 @@ def train(
                 command += ["--elmo-layers", str(path)]
         for item in setting:
             command += ["--set", item]
+        if static_vectors is not None:
+            command += ["--static-vectors", str(static_vectors)]
         result = subprocess.run(command)
         if result.returncode != 0:
             raise typer.Exit(result.returncode)
@@ -249,6 +299,7 @@ def run(
     bilm: Optional[Path] = typer.Option(None),
     elmo_layers: List[Path] = typer.Option([], "--elmo-layers"),
     setting: List[str] = typer.Option([], "--set", help='KEY=VALUE config override (VALUE in JSON), e.g. components.elmo.layer_cache="never"'),
+    static_vectors: Optional[Path] = typer.Option(None, help="A pipeline with static vectors that the config's embeds read"),
 ) -> None:
     """One run, in this process: spacy train, then its seconds and peak RSS in run.json."""
     from spacy.cli.train import train as spacy_train
@@ -259,6 +310,8 @@ def run(
     epochs_log = run_dir / "epochs.jsonl"
     start = time.perf_counter()
     extra = parse_settings(setting)
+    if static_vectors is not None:
+        extra = {**static_vector_overrides(config, static_vectors), **extra}
     spacy_train(config, run_dir, overrides={**overrides(seed, max_steps, train_path, dev_path, bilm, elmo_layers, epochs_log), **extra})
     seconds = time.perf_counter() - start
     epochs = [json.loads(line) for line in epochs_log.read_text().splitlines() if line.strip()]
@@ -335,13 +388,13 @@ def finished_runs(arm_dir: Path) -> Dict[int, Dict[str, Any]]:
     return runs
 
 
-SHARED_INPUTS = ("max_steps", "train", "dev", "overrides")
+SHARED_INPUTS = ("max_steps", "train", "dev", "overrides", "static_vectors")
 """What the two arms of every compared seed must share: the config and the biLM are what differ."""
 
 
 def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]], folders: Dict[str, str]) -> List[int]:
-    """The seeds whose two runs were trained with the same step budget, data and overrides
-    (the arms differ only by their config and biLM), left-out seeds named; refuses where the
+    """The seeds whose two runs were trained with the same step budget, data, overrides
+    and static vectors (the arms differ only by their config and biLM), left-out seeds named; refuses where the
     compared runs of one arm differ in anything but the seed (another biLM, config, budget,
     data or overrides), whose figures a mean over seeds would mix."""
     seeds: List[int] = []
@@ -350,7 +403,7 @@ def paired_seeds(base: Dict[int, Dict[str, Any]], elmo: Dict[int, Dict[str, Any]
         differing = differing_inputs([base[seed], elmo[seed]])
         (left_out if set(differing) & set(SHARED_INPUTS) else seeds).append(seed)
     if left_out:
-        typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets, data or overrides")
+        typer.echo(f"left out: seeds {left_out}, whose base and ELMo runs were trained with other step budgets, data, overrides or static vectors")
     for arm, records in (("base", base), ("elmo", elmo)):
         differing = differing_inputs([records[seed] for seed in seeds], ignore=("seed",))
         if differing:

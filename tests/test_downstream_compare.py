@@ -375,3 +375,61 @@ def test_lines_writes_the_tokens_the_elmo_component_reads_in_spacy_train(downstr
     assert expected[0] != "Hamid 'Akkab came ."  # the reader's tokens, not the DocBin's
     assert (tmp_path / "docs.txt").read_text(encoding="utf-8").splitlines() == expected
     assert expected[1] == "Two spaces !"
+
+
+def fake_vectors(folder):
+    """A folder laid out as a pipeline with vectors (only what `train` checks and fingerprints)."""
+    (folder / "vocab").mkdir(parents=True)
+    (folder / "vocab" / "vectors").write_text("vectors")
+    return folder
+
+
+@pytest.mark.parametrize(
+    "config, switch",
+    [
+        ("ud-base.cfg", "components.tok2vec.model.embed.include_static_vectors"),
+        ("ud-elmo.cfg", "components.tok2vec.model.embed.features.include_static_vectors"),
+        ("ud-elmo-layers.cfg", "components.tok2vec.model.embed.features.include_static_vectors"),
+        ("ud-elmo-io.cfg", "components.tok2vec.model.embed.features.include_static_vectors"),
+    ],
+)
+def test_static_vectors_switch_on_the_embed_each_twin_config_has(downstream, tmp_path, config, switch):
+    vectors = fake_vectors(tmp_path / "vectors")
+    assert downstream.static_vector_overrides(REPO / "configs" / config, vectors) == {"paths.vectors": str(vectors), switch: True}
+
+
+def test_static_vectors_go_to_both_arms_and_pair_only_with_runs_trained_on_them(downstream, monkeypatch, twin_inputs):
+    for arm, config in (("base", "ud-base.cfg"), ("elmo", "ud-elmo-layers.cfg")):
+        (twin_inputs / f"{arm}.cfg").write_text((REPO / "configs" / config).read_text())
+    vectors = fake_vectors(twin_inputs / "vectors")
+    train(downstream, monkeypatch, twin_inputs, "--arms", "base")  # the plain base, then the ELMo arm with vectors
+    commands = train(downstream, monkeypatch, twin_inputs, "--arms", "elmo", "--elmo-arm", "elmo-vectors", "--static-vectors", str(vectors))
+    assert len(commands) == 2 and all(command[command.index("--static-vectors") + 1] == str(vectors) for command in commands)
+    base = downstream.finished_runs(twin_inputs / "runs" / "base")
+    elmo = downstream.finished_runs(twin_inputs / "runs" / "elmo-vectors")
+    assert "static_vectors" not in base[0]["inputs"] and elmo[0]["inputs"]["static_vectors"] == downstream.fingerprint(vectors)
+    assert downstream.paired_seeds(base, elmo, {"base": "base", "elmo": "elmo-vectors"}) == []  # a shared input, unlike the biLM
+
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--elmo-arm", "elmo-vectors", "--static-vectors", str(vectors)))
+    assert result.exit_code != 0 and "(other static vectors)" in plain(result.output)
+
+    both = train(downstream, monkeypatch, twin_inputs, "--replace", "--elmo-arm", "elmo-vectors", "--static-vectors", str(vectors))
+    assert [run_dir_of(command).parent.name for command in both] == ["base", "base"]  # the ELMo runs had them already
+    assert "--static-vectors" in both[0]
+    base = downstream.finished_runs(twin_inputs / "runs" / "base")
+    assert downstream.paired_seeds(base, elmo, {"base": "base", "elmo": "elmo-vectors"}) == [0, 1]
+
+
+def test_train_refuses_static_vectors_it_cannot_give_before_training_any(downstream, monkeypatch, twin_inputs):
+    (twin_inputs / "elmo.cfg").write_text((REPO / "configs" / "ud-elmo.cfg").read_text())
+    trained = []
+    monkeypatch.setattr(downstream, "subprocess", types.SimpleNamespace(run=lambda command: trained.append(command)))
+    (twin_inputs / "not-vectors").mkdir()
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--static-vectors", str(twin_inputs / "not-vectors")))
+    assert result.exit_code != 0 and "is not a pipeline with vectors: make one with" in plain(result.output)
+
+    vectors = fake_vectors(twin_inputs / "vectors")
+    (twin_inputs / "base.cfg").write_text('[nlp]\nlang = "en"\n')
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--static-vectors", str(vectors)))
+    assert result.exit_code != 0 and "has no embed that reads static vectors" in plain(result.output)
+    assert trained == [] and not (twin_inputs / "runs").exists()
