@@ -224,3 +224,35 @@ def test_a_runs_precomputed_layers_reach_the_elmo_component_in_spacy_train(tmp_p
     assert result.returncode != 0
     output = " ".join((result.stdout + result.stderr).split())  # the traceback wraps lines
     assert "holds arrays of shape (3, 2, 999), but the biLM gives 3 layers of width 12" in output
+
+
+def test_a_run_with_static_vectors_reads_them_beside_the_hash_embeddings(tmp_path, tiny_model_dir):
+    """`run --static-vectors` on both twin configs: each saved pipeline holds the vectors of
+    the pipeline it was given, and its tok2vec reads them (the ELMo arm in embed.features)."""
+    pytest.importorskip("floret")
+    import numpy
+    from spacy.tokens import DocBin
+
+    ud_dir = toy_treebank(tmp_path / "ud", sentences=(20, 5, 5))
+    for split in ("train", "dev"):
+        convert = [sys.executable, "-m", "spacy", "convert", str(ud_dir / f"en_ewt-ud-{split}.conllu"), str(ud_dir), "--converter", "conllu"]
+        subprocess.run(convert, check=True, capture_output=True, timeout=300)
+    docs = DocBin().from_disk(ud_dir / "en_ewt-ud-train.spacy").get_docs(spacy.blank("en").vocab)
+    (tmp_path / "text.txt").write_text("\n".join(" ".join(token.text for token in doc) for doc in docs) + "\n", encoding="utf-8")
+    vectors = tmp_path / "vectors"
+    make = [sys.executable, str(REPO / "scripts" / "static_vectors.py"), str(vectors), str(tmp_path / "text.txt")]
+    subprocess.run([*make, "--dim", "8", "--epochs", "1", "--min-count", "1"], check=True, capture_output=True, timeout=300)
+    given = spacy.load(vectors).vocab.vectors
+
+    for config, embed, bilm in (("ud-base.cfg", ("embed",), []), ("ud-elmo-layers.cfg", ("embed", "features"), ["--bilm", str(tiny_model_dir)])):
+        run_dir = tmp_path / config
+        command = [sys.executable, str(REPO / "scripts" / "downstream.py"), "run", str(REPO / "configs" / config), str(run_dir), *bilm]
+        command += ["--seed", "0", "--max-steps", "2", "--train", str(ud_dir / "en_ewt-ud-train.spacy"), "--dev", str(ud_dir / "en_ewt-ud-dev.spacy")]
+        subprocess.run([*command, "--static-vectors", str(vectors)], check=True, capture_output=True, timeout=600)
+        nlp = spacy.load(run_dir / "model-last")
+        section = nlp.config["components"]["tok2vec"]["model"]
+        for name in embed:
+            section = section[name]
+        assert section["include_static_vectors"] is True
+        assert nlp.vocab.vectors.shape == given.shape and numpy.array_equal(nlp.vocab.vectors.data, given.data)
+        assert "static_vectors" in [node.name for node in nlp.get_pipe("tok2vec").model.walk()]

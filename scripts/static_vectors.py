@@ -1,0 +1,104 @@
+"""Static word vectors trained on the text a biLM read, as a spaCy pipeline: the baseline's
+own word vectors for the twins against a base with static vectors.
+
+    python scripts/static_vectors.py OUTPUT_DIR corpus/train corpus/adapt/train --dim 300
+
+Each TEXT is a file or a folder of `.txt` files with one tokenized sentence per line (what
+`spacy_elmo corpus` writes), read in the order given. floret (`pip install
+spacy-elmo[vectors]`) trains fastText skipgram vectors on them (subword n-grams while
+training, one vector per word of `--min-count` or more uses in the table), and spaCy's
+`init vectors` turns the table into a pipeline that `scripts/downstream.py train
+--static-vectors OUTPUT_DIR` hands to both arms. One thread (the default) gives the same
+vectors for the same text every time; more threads are faster and not reproducible.
+"""
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import typer
+
+app = typer.Typer(add_completion=False)
+LINE_END = "</s>"
+"""fastText's token for the end of a line: a row of its table that no spaCy token is."""
+
+
+def text_files(paths: List[Path]) -> Iterator[Path]:
+    """Each path itself, or a folder's `.txt` files in name order."""
+    for path in paths:
+        if path.is_dir():
+            files = sorted(path.glob("*.txt"))
+            if not files:
+                raise typer.BadParameter(f"{path} holds no .txt files")
+            yield from files
+        elif path.is_file():
+            yield path
+        else:
+            raise typer.BadParameter(f"{path} not found")
+
+
+def without_line_ends(table: Path) -> None:
+    """Take the row of `LINE_END` out of a .vec table."""
+    header, *rows = table.read_text(encoding="utf-8").splitlines()
+    kept = [row for row in rows if not row.startswith(f"{LINE_END} ")]
+    count, width = header.split()
+    table.write_text("\n".join([f"{int(count) - (len(rows) - len(kept))} {width}", *kept]) + "\n", encoding="utf-8")
+
+
+@app.command()
+def main(
+    output_dir: Path = typer.Argument(..., help="The pipeline with vectors to write (config, vocab with its vectors)"),
+    texts: List[Path] = typer.Argument(..., help="Files or folders of .txt files, one tokenized sentence per line"),
+    dim: int = typer.Option(300, min=1, help="Width of the vectors"),
+    epochs: int = typer.Option(10, min=1, help="Passes over the text"),
+    min_count: int = typer.Option(2, min=1, help="Uses a word needs to get a vector"),
+    window: int = typer.Option(5, min=1, help="Context window on each side"),
+    threads: int = typer.Option(1, min=1, help="Training threads (one: the same vectors every time)"),
+    lang: str = typer.Option("en", help="spaCy language of the pipeline"),
+) -> None:
+    """Train skipgram vectors on TEXTS and write them as a spaCy pipeline in OUTPUT_DIR."""
+    try:
+        import floret
+    except ImportError as err:
+        raise typer.BadParameter("training static vectors needs floret: pip install 'spacy-elmo[vectors]'") from err
+    import spacy
+    from spacy.training.initialize import convert_vectors
+
+    files = list(text_files(texts))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        joined = Path(scratch) / "text.txt"
+        tokens = 0
+        with joined.open("w", encoding="utf-8") as out:
+            for path in files:
+                for line in path.open(encoding="utf-8"):
+                    tokens += len(line.split())
+                    out.write(line.rstrip("\n") + "\n")
+        if tokens == 0:
+            raise typer.BadParameter(f"no tokens in {', '.join(map(str, texts))}")
+        model = floret.train_unsupervised(str(joined), model="skipgram", mode="fasttext", dim=dim, epoch=epochs, minCount=min_count, ws=window, thread=threads)
+        table = Path(scratch) / "vectors.vec"
+        model.save_vectors(str(table))
+        without_line_ends(table)
+        nlp = spacy.blank(lang)
+        convert_vectors(nlp, table, truncate=0, prune=-1, mode="default", name=None)
+    nlp.to_disk(output_dir)
+    stats = {
+        "texts": [str(path) for path in files],
+        "tokens": tokens,
+        "words_with_vectors": len(nlp.vocab.vectors),
+        "dim": dim,
+        "epochs": epochs,
+        "min_count": min_count,
+        "window": window,
+        "threads": threads,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    (output_dir / "static-vectors.json").write_text(json.dumps(stats, indent=2) + "\n")
+    typer.echo(f"{stats['words_with_vectors']:,} vectors of width {dim} from {tokens:,} tokens in {stats['seconds']} s: {output_dir}")
+
+
+if __name__ == "__main__":
+    app()
