@@ -18,16 +18,18 @@ run that finished with the same inputs is not trained again, so an interrupted `
 continues with the next unfinished run (an interrupted run restarts); `--arms base` and
 `--arms elmo` in two processes train one seed's arms side by side. `--set KEY=VALUE`
 overrides both arms' configs alike (a wider tok2vec for both, say) and is one of the
-inputs; so is `--static-vectors DIR` (a pipeline with vectors, as `spacy init vectors`
-writes it, e.g. from scripts/static_vectors.py), which both arms' embeds read beside their
-hash embeddings: the twins against a base with static vectors; `--elmo-layers FILE` (the ELMo arm alone, like its biLM, and one of its inputs)
-gives it training layers computed ahead of time by `dump --all` (a cross-fitted
-adaptation's: `sample --rest` splits the training docs in halves, `lines` writes a
-half's docs as the component reads them). A run finished with other inputs (another biLM, data, budget or override) is never
-replaced unasked: `train` refuses before training anything, naming the runs and what
+inputs; so is `--static-vectors DIR` (a pipeline with vectors, as `spacy init vectors` or
+scripts/static_vectors.py writes it), which both arms' embeds then read beside their hash
+embeddings: the twins against a base with static vectors. `--elmo-layers FILE` (the ELMo
+arm alone, like its biLM, and one of its inputs) gives it training layers computed ahead
+of time by `dump --all` (a cross-fitted adaptation's: `sample --rest` splits the training
+docs in halves, `lines` writes a half's docs as the component reads them). A run finished
+with other inputs (another biLM, data, budget, override or vectors) is never replaced
+unasked: `train` refuses before training anything, naming the runs and what
 differs; give each setting an OUTPUT_DIR (and each biLM an `--elmo-arm`) of its own, or
 pass `--replace`. `evaluate` compares only runs trained alike: within an arm every seed
-must share its inputs, and each seed's two arms their step budget, data and overrides.
+must share its inputs, and each seed's two arms their step budget, data, overrides and
+static vectors.
 """
 
 import json
