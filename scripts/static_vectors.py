@@ -19,10 +19,17 @@ from pathlib import Path
 from typing import Iterator, List
 
 import typer
+from spacy.language import Language
 
 app = typer.Typer(add_completion=False)
 LINE_END = "</s>"
 """fastText's token for the end of a line: a row of its table that no spaCy token is."""
+STATS_FILE = "static-vectors.json"
+
+
+def written_here(path: Path) -> bool:
+    """Whether `path` is a pipeline with vectors this script wrote (which a new run replaces)."""
+    return (path / STATS_FILE).is_file() and (path / "vocab" / "vectors").is_file()
 
 
 def text_files(paths: List[Path]) -> Iterator[Path]:
@@ -47,6 +54,35 @@ def without_line_ends(table: Path) -> None:
     table.write_text("\n".join([f"{int(count) - (len(rows) - len(kept))} {width}", *kept]) + "\n", encoding="utf-8")
 
 
+def train_vectors(nlp: Language, files: List[Path], dim: int, epochs: int, min_count: int, window: int, threads: int) -> int:
+    """floret skipgram vectors of the words of `files` into `nlp.vocab.vectors`; returns
+    how many tokens the files hold."""
+    import floret
+    from spacy.training.initialize import convert_vectors
+
+    with tempfile.TemporaryDirectory() as scratch:
+        joined = Path(scratch) / "text.txt"
+        tokens = 0
+        with joined.open("w", encoding="utf-8") as out:
+            for path in files:
+                for line in path.open(encoding="utf-8"):
+                    tokens += len(line.split())
+                    out.write(line.rstrip("\n") + "\n")
+        if tokens == 0:
+            raise typer.BadParameter(f"no tokens in {', '.join(map(str, files))}")
+        try:
+            model = floret.train_unsupervised(
+                str(joined), model="skipgram", mode="fasttext", dim=dim, epoch=epochs, minCount=min_count, ws=window, thread=threads
+            )
+        except ValueError as err:  # floret's "Empty vocabulary"
+            raise typer.BadParameter(f"no word of the text is used --min-count {min_count} times or more: lower it ({err})") from err
+        table = Path(scratch) / "vectors.vec"
+        model.save_vectors(str(table))
+        without_line_ends(table)
+        convert_vectors(nlp, table, truncate=0, prune=-1, mode="default", name=None)
+    return tokens
+
+
 @app.command()
 def main(
     output_dir: Path = typer.Argument(..., help="The pipeline with vectors to write (config, vocab with its vectors)"),
@@ -60,43 +96,36 @@ def main(
 ) -> None:
     """Train skipgram vectors on TEXTS and write them as a spaCy pipeline in OUTPUT_DIR."""
     try:
-        import floret
+        import floret  # noqa: F401  (here only to name the extra when it is missing)
     except ImportError as err:
         raise typer.BadParameter("training static vectors needs floret: pip install 'spacy-elmo[vectors]'") from err
-    import spacy
-    from spacy.training.initialize import convert_vectors
+    from spacy_elmo.io.staging import Replaceable, staged_directory
+    from spacy_elmo.languages import blank_language
 
+    try:
+        nlp = blank_language(lang)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
     files = list(text_files(texts))
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as scratch:
-        joined = Path(scratch) / "text.txt"
-        tokens = 0
-        with joined.open("w", encoding="utf-8") as out:
-            for path in files:
-                for line in path.open(encoding="utf-8"):
-                    tokens += len(line.split())
-                    out.write(line.rstrip("\n") + "\n")
-        if tokens == 0:
-            raise typer.BadParameter(f"no tokens in {', '.join(map(str, texts))}")
-        model = floret.train_unsupervised(str(joined), model="skipgram", mode="fasttext", dim=dim, epoch=epochs, minCount=min_count, ws=window, thread=threads)
-        table = Path(scratch) / "vectors.vec"
-        model.save_vectors(str(table))
-        without_line_ends(table)
-        nlp = spacy.blank(lang)
-        convert_vectors(nlp, table, truncate=0, prune=-1, mode="default", name=None)
-    nlp.to_disk(output_dir)
-    stats = {
-        "texts": [str(path) for path in files],
-        "tokens": tokens,
-        "words_with_vectors": len(nlp.vocab.vectors),
-        "dim": dim,
-        "epochs": epochs,
-        "min_count": min_count,
-        "window": window,
-        "threads": threads,
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-    (output_dir / "static-vectors.json").write_text(json.dumps(stats, indent=2) + "\n")
+    try:  # the output is checked before training, and appears whole or not at all
+        with staged_directory(output_dir, replaces=Replaceable(written_here, "a pipeline with vectors this script wrote")) as staging:
+            tokens = train_vectors(nlp, files, dim, epochs, min_count, window, threads)
+            stats = {
+                "texts": [str(path) for path in files],
+                "tokens": tokens,
+                "words_with_vectors": len(nlp.vocab.vectors),
+                "dim": dim,
+                "epochs": epochs,
+                "min_count": min_count,
+                "window": window,
+                "threads": threads,
+                "seconds": round(time.perf_counter() - start, 1),
+            }
+            nlp.to_disk(staging)
+            (staging / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
+    except ValueError as err:  # an output folder it may not replace
+        raise typer.BadParameter(str(err)) from err
     typer.echo(f"{stats['words_with_vectors']:,} vectors of width {dim} from {tokens:,} tokens in {stats['seconds']} s: {output_dir}")
 
 

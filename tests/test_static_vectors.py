@@ -66,3 +66,35 @@ def test_without_floret_it_names_the_extra_to_install(tmp_path, monkeypatch):
     (tmp_path / "text.txt").write_text(TEXT)
     result = CliRunner().invoke(module.app, [str(tmp_path / "out"), str(tmp_path / "text.txt")])
     assert result.exit_code != 0 and "pip install 'spacy-elmo[vectors]'" in plain(result.output)
+
+
+def test_an_output_folder_of_other_files_is_refused_before_training_and_its_own_is_replaced(tmp_path):
+    pytest.importorskip("floret")
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep me")
+    result = make_vectors(tmp_path / "notes", tmp_path / "text.txt")
+    assert result.returncode != 0 and "neither empty nor a pipeline with vectors this script wrote" in plain(result.stderr)
+    assert [entry.name for entry in (tmp_path / "notes").iterdir()] == ["mine.txt"]
+    assert "Progress" not in result.stdout + result.stderr  # refused before floret trained
+
+    assert make_vectors(tmp_path / "out", tmp_path / "text.txt").returncode == 0
+    wider = make_vectors(tmp_path / "out", tmp_path / "text.txt", options=("--dim", "9", "--epochs", "1", "--min-count", "2"))
+    assert wider.returncode == 0, wider.stderr
+    assert spacy.load(tmp_path / "out").vocab.vectors.shape[1] == 9
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (("--min-count", "50"), "no word of the text is used --min-count 50 times or more: lower it"),
+        (("--lang", "xx-nonsense"), "xx-nonsense"),
+    ],
+)
+def test_settings_it_cannot_train_with_are_refused_and_nothing_is_written(tmp_path, options, message):
+    pytest.importorskip("floret")
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+    result = make_vectors(tmp_path / "out", tmp_path / "text.txt", options=("--dim", "4", *options))
+    assert result.returncode != 0 and message in plain(result.stderr)
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+    assert [entry.name for entry in tmp_path.iterdir()] == ["text.txt"]  # no staging folder left beside it
