@@ -394,8 +394,10 @@ def vocab_from_given(given: Sequence[str], lines: Iterable[str], add_min_count: 
     The sampled softmax draws its negatives as if row ids ranked the words by frequency
     (`distinct_log_uniform`): in the order of the text a vocabulary came from, it draws
     the new text's frequent words as rarely as the old text had them."""
-    counts = _token_counts(lines)
     words = [token for token in given if token not in SPECIAL_TOKENS]
+    if add_min_count is None and not rank:
+        return list(SPECIAL_TOKENS) + words
+    counts = _token_counts(lines)
     if add_min_count is not None:
         known = set(given)
         words += [token for token in _frequent_tokens(counts, add_min_count) if token not in known]
