@@ -13,7 +13,7 @@ from tqdm import tqdm
 from ..batching import token_budget_batches
 from ..heap import release_freed_memory
 from ..io import load_bilm
-from ..io.staging import staged_file
+from ..io.staging import refuse_writing_over_inputs, staged_file
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
 from ..pipeline.config import ElmoSettings
@@ -57,6 +57,7 @@ def dump(
         )
         if not output_file.parent.is_dir():
             raise ValueError(f"{output_file.parent}: output directory not found")
+        refuse_writing_over_inputs(output_file, (model, input_file, options))
         n_lines, n_tokens = scan_input(input_file, use_sentence_keys)
         apply_num_threads(threads)
         bilm = load_bilm(str(model), str(options) if options else None).to(settings.torch_device)

@@ -21,7 +21,7 @@ from ..analysis.neighbors import (
     resolve_layer,
 )
 from ..analysis.vectors import elmo_pipeline
-from ..io.staging import write_text_atomically
+from ..io.staging import refuse_writing_over_inputs, write_text_atomically
 from ..pipeline.component import elmo_component
 from .app import app, clean_errors
 
@@ -53,6 +53,8 @@ def neighbors(
         if value < least:
             raise typer.BadParameter(f"{name} must be at least {least}, not {value}")
     with clean_errors():
+        if json_path is not None:
+            refuse_writing_over_inputs(json_path, (model, corpus, options))
         nlp = elmo_pipeline(model, options, batch_tokens=batch_tokens, similarity_hooks=False)
         layer = resolve_layer(layer, elmo_component(nlp).bilm.n_output_layers)
         query = embed_query(nlp, sentence, word, occurrence)

@@ -10,7 +10,7 @@ import typer
 from spacy.cli._util import parse_config_overrides
 
 from ..devices import TRAINING_DEVICES, pick_device
-from ..io.staging import write_text_atomically
+from ..io.staging import refuse_writing_over_inputs, write_text_atomically
 from ..training.checkpoint import load_trained_model, trained_max_sentence_tokens
 from ..training.config import load_config
 from ..training.data import VOCAB_FILE, Vocabulary, read_sentences
@@ -76,6 +76,8 @@ def evaluate(
     with clean_errors():
         if not text.is_file():
             raise ValueError(f"{text}: file not found")
+        if output is not None:
+            refuse_writing_over_inputs(output, (model_dir, text, vocab_path))
         torch_device = pick_device(device, TRAINING_DEVICES, name="--device")
         objective, vocab = load_trained_model(model_dir)
         if vocab_path is not None:

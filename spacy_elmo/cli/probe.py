@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ..io.staging import write_text_atomically
+from ..io.staging import refuse_writing_over_inputs, write_text_atomically
 from .app import app, clean_errors, parse_mix
 
 
@@ -32,6 +32,8 @@ def probe(
     from ..analysis.vectors import elmo_pipeline, read_docs
 
     with clean_errors():
+        if output is not None:
+            refuse_writing_over_inputs(output, (model, data, eval_data, options))
         names = check_labels(name.strip() for name in labels.split(",") if name.strip())
         mix_setting = parse_mix(mix)
         nlp = elmo_pipeline(model, options, mix=mix_setting)

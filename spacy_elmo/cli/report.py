@@ -6,6 +6,7 @@ from typing import Iterator, List, Optional
 
 import typer
 
+from ..io.staging import refuse_writing_over_inputs
 from .app import app, clean_errors
 
 plot_app = typer.Typer(help="Figures of a model as PNGs (needs matplotlib: the package's plots extra).", no_args_is_help=True)
@@ -34,6 +35,7 @@ def report(
     from ..analysis.report import write_report
 
     with clean_errors():
+        refuse_writing_over_inputs(output, (model, corpus, probe, metrics, *evaluation, options))
         written = write_report(
             model,
             output,
@@ -61,6 +63,7 @@ def plot_curves(
     from ..analysis.plots import plot_training_curves
 
     with clean_errors(), missing_matplotlib():
+        refuse_writing_over_inputs(output, metrics)
         typer.echo(f"training curves -> {plot_training_curves(metrics, output, label or None)}")
 
 
@@ -73,6 +76,7 @@ def plot_probes(
     from ..analysis import plots
 
     with clean_errors(), missing_matplotlib():
+        refuse_writing_over_inputs(output, (report,))
         typer.echo(f"probe accuracies -> {plots.plot_probes(report, output)}")
 
 
@@ -85,6 +89,7 @@ def plot_mix(
     from ..analysis.plots import plot_mix_weights
 
     with clean_errors(), missing_matplotlib():
+        refuse_writing_over_inputs(output, (pipeline,))
         typer.echo(f"mix weights -> {plot_mix_weights(pipeline, output)}")
 
 
@@ -107,6 +112,7 @@ def plot_senses(
     from ..analysis.vectors import elmo_pipeline, iter_docs
 
     with clean_errors(), missing_matplotlib():
+        refuse_writing_over_inputs(output, (model, corpus, labels, options))
         given = read_labels(labels) if labels else None
         nlp = elmo_pipeline(model, options)
         uses = collect_uses(nlp, iter_docs(corpus, nlp, limit), word, layer)

@@ -15,7 +15,7 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 STAGING_MARK = ".staging-"
 """In the name of every staging file and folder (`.last.pt.staging-x1y2`,
@@ -76,6 +76,21 @@ def write_text_atomically(path: Union[str, Path], text: str) -> None:
     """`text` as UTF-8 to `path`, whole or not at all (`staged_file`)."""
     data = text.encode("utf-8")
     write_atomically(path, lambda out: out.write(data))
+
+
+def refuse_writing_over_inputs(output: Union[str, Path], inputs: Iterable[Optional[Union[str, Path]]]) -> None:
+    """A ValueError, before anything is read or written, where writing `output` would
+    replace what a command reads: `output` is one of `inputs` (the same file through any
+    link), lies inside one (a model or text folder), or, a folder, holds one. Inputs
+    given as None are skipped."""
+    written = Path(output).resolve()
+    for given in inputs:
+        if given is None:
+            continue
+        read = Path(given).resolve()
+        if written == read or written.is_relative_to(read) or read.is_relative_to(written):
+            relation = "is" if written == read else "lies inside" if written.is_relative_to(read) else "holds"
+            raise ValueError(f"{output}: the output {relation} {given}, which this command reads; give another output path")
 
 
 class Replaceable(NamedTuple):

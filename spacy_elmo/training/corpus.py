@@ -34,6 +34,7 @@ import srsly
 from spacy.language import Language
 from spacy.tokens import DocBin
 
+from ..io.staging import refuse_writing_over_inputs
 from ..languages import blank_language
 from ..nn.special_tokens import SPECIAL_TOKENS
 from .data import PREPARING_MARK, VOCAB_FILE, Vocabulary
@@ -282,8 +283,7 @@ def prepare_corpus(
     if sentences_per_shard < 1 or min_count < 1 or not (max_vocab == 0 or max_vocab > len(SPECIAL_TOKENS)):
         raise ValueError("sentences_per_shard and min_count must be positive, max_vocab 0 (no limit) or above 3")
     output_dir = Path(output_dir)
-    if Path(input_path).is_dir() and output_dir.resolve().is_relative_to(Path(input_path).resolve()):
-        raise ValueError(f"{output_dir} lies inside the input folder {input_path}, whose .txt files are all read as text: give an output outside it")
+    refuse_writing_over_inputs(output_dir, (input_path, vocab_path))
     given_vocab = None
     if extend_vocab and vocab_path is None:
         raise ValueError("extend_vocab extends a given vocabulary: give vocab_path too")

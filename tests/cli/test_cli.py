@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
 
 import pytest
 from typer.testing import CliRunner
@@ -106,3 +108,39 @@ def test_exit_status_follows_system_exit():
 
 def test_a_mix_typed_on_the_command_line_is_a_layer_index_only_when_it_reads_as_an_integer():
     assert [parse_mix(text) for text in ("2", "-1", "average", "top", "--1", "1.5")] == [2, -1, "average", "top", "--1", "1.5"]
+
+
+def _over_inputs_cases(model: Path, text: Path, extra: Path) -> Dict[str, Tuple[List[str], Path]]:
+    """Each command with an output that would replace one of its inputs: (argv, that input)."""
+    query = ["--word", "bank", "--sentence", "The bank ."]
+    return {
+        "dump over its text": (["dump", str(model), str(text), str(text), "--top"], text),
+        "dump into the model": (["dump", str(model), str(text), str(model / "weights.npz"), "--top"], model / "weights.npz"),
+        "evaluate over its text": (["evaluate", str(model), str(text), "--output", str(text)], text),
+        "evaluate into the model": (["evaluate", str(model), str(text), "--output", str(model / "config.json")], model / "config.json"),
+        "probe over its data": (["probe", str(model), str(text), "--output", str(text)], text),
+        "probe over its eval data": (["probe", str(model), str(text), "--eval", str(extra), "--output", str(extra)], extra),
+        "neighbors over its corpus": (["neighbors", str(model), str(text), *query, "--json", str(text)], text),
+        "report into the model": (["report", str(model), "-o", str(model / "weights.npz")], model / "weights.npz"),
+        "report over its corpus": (["report", str(model), "-o", str(text), "--corpus", str(text)], text),
+        "plot curves over its log": (["plot", "curves", str(extra), "-o", str(extra)], extra),
+        "plot probes over its report": (["plot", "probes", str(extra), "-o", str(extra)], extra),
+        "plot mix into its pipeline": (["plot", "mix", str(model), "-o", str(model / "config.json")], model / "config.json"),
+        "plot senses over its corpus": (["plot", "senses", str(model), str(text), "--word", "bank", "-o", str(text)], text),
+    }
+
+
+@pytest.mark.parametrize("case", list(_over_inputs_cases(Path("m"), Path("t"), Path("e"))))
+def test_an_output_that_would_replace_an_input_is_refused_and_the_input_kept(case, tiny_model_dir, tmp_path):
+    model = tmp_path / "bilm"
+    shutil.copytree(tiny_model_dir, model)
+    text, extra = tmp_path / "text.txt", tmp_path / "extra.json"
+    text.write_text("The bank .\n", encoding="utf-8")
+    extra.write_text("{}\n", encoding="utf-8")
+    argv, kept = _over_inputs_cases(model, text, extra)[case]
+    before = kept.read_bytes()
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert "which this command reads; give another output path" in plain(result.output)
+    assert kept.read_bytes() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bilm", "extra.json", "text.txt"]

@@ -5,7 +5,16 @@ import errno
 import pytest
 
 from elmo_testing import no_space
-from spacy_elmo.io.staging import RETIRED_MARK, Replaceable, WriteError, put_back_retired, staged_directory, staged_file, write_atomically
+from spacy_elmo.io.staging import (
+    RETIRED_MARK,
+    Replaceable,
+    WriteError,
+    put_back_retired,
+    refuse_writing_over_inputs,
+    staged_directory,
+    staged_file,
+    write_atomically,
+)
 
 
 def test_a_staged_file_replaces_its_place_when_the_block_ends(tmp_path):
@@ -188,3 +197,18 @@ def test_a_removed_working_directory_does_not_stop_a_write_elsewhere(tmp_path, m
     with staged_directory(tmp_path / "notes", replaces=NOTES_ONLY) as staging:
         (staging / "new.txt").write_text("new")
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["new.txt"]
+
+
+def test_an_output_over_an_input_is_refused_through_links_and_a_neighbour_is_not(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "text.txt").write_text("a\n", encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "text.txt")
+    refuse = refuse_writing_over_inputs
+    with pytest.raises(ValueError, match=r"link.txt: the output is .*text.txt, which this command reads"):
+        refuse(tmp_path / "link.txt", [tmp_path / "text.txt"])
+    with pytest.raises(ValueError, match=r"the output lies inside .*model, which"):
+        refuse(tmp_path / "model" / "new" / "out.h5", [None, tmp_path / "model"])
+    with pytest.raises(ValueError, match=r"the output holds .*text.txt, which"):
+        refuse(tmp_path, [tmp_path / "text.txt"])
+    refuse(tmp_path / "model-2", [tmp_path / "model", tmp_path / "text.txt", None])  # a name that only starts alike
+    refuse(tmp_path / "out.txt", [])

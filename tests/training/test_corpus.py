@@ -107,9 +107,23 @@ def test_an_unknown_language_or_an_output_inside_a_folder_input_is_a_clear_error
     (tmp_path / "in.txt").write_text(TEXT, encoding="utf-8")
     with pytest.raises(ValueError, match="--lang 'zz': spaCy cannot make this language's tokenizer here"):
         prepare_corpus(tmp_path / "in.txt", tmp_path / "out", lang="zz")
-    with pytest.raises(ValueError, match="lies inside the input folder .*: give an output outside it"):
+    with pytest.raises(ValueError, match="the output lies inside .*, which this command reads; give another output path"):
         prepare_corpus(tmp_path, tmp_path / "prepared")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]  # nothing written
+
+
+def test_an_output_folder_holding_the_text_or_the_vocabulary_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "test.txt").write_text(TEXT, encoding="utf-8")
+    (tmp_path / "adapt").mkdir()
+    (tmp_path / "adapt" / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nthe\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="the output holds .*test.txt, which this command reads"):
+        prepare_corpus(tmp_path / "out" / "test.txt", tmp_path / "out")
+    with pytest.raises(ValueError, match="the output holds .*vocab.txt, which this command reads"):
+        prepare_corpus(tmp_path / "out" / "test.txt", tmp_path / "adapt", vocab_path=tmp_path / "adapt" / "vocab.txt")
+    assert (tmp_path / "out" / "test.txt").read_text(encoding="utf-8") == TEXT
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["test.txt"]
+    assert sorted(path.name for path in (tmp_path / "adapt").iterdir()) == ["vocab.txt"]
 
 
 @pytest.mark.parametrize("n_lines, dev_fraction, n_dev", [(5, 0.1, 1), (25, 0.1, 3), (15, 0.1, 2), (14, 0.1, 1), (4, 0.1, 0)])
