@@ -55,9 +55,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True)
 
 def write_whole(path: Path, text: str) -> None:
     """`text` to `path`, whole or not at all (imported on use: spacy_elmo loads torch)."""
-    from spacy_elmo.io.staging import write_text_atomically
+    write_bytes_whole(path, text.encode("utf-8"))
 
-    write_text_atomically(path, text)
+
+def write_bytes_whole(path: Path, data: bytes) -> None:
+    """`data` to `path`, whole or not at all; a one-line error naming `path` where it
+    cannot be written (a folder, a full disk)."""
+    from spacy_elmo.io.staging import write_atomically
+
+    try:
+        write_atomically(path, lambda out: out.write(data))
+    except OSError as err:
+        raise typer.BadParameter(str(err)) from err
 
 
 def fingerprint(path: Path) -> str:
@@ -132,12 +141,17 @@ def static_vector_overrides(config: Path, vectors: Path) -> Dict[str, Any]:
     """The overrides that make `config` read the static vectors of the pipeline `vectors`:
     `paths.vectors` (read by `[initialize] vectors`) and every `include_static_vectors`
     switched on (the baseline's embed, the ELMo arm's `embed.features`)."""
+    import numpy
     from thinc.api import Config
 
-    if not (vectors / "vocab" / "vectors").is_file():
+    try:
+        rows = numpy.load(vectors / "vocab" / "vectors", mmap_mode="r", allow_pickle=False).shape[0]
+    except (OSError, ValueError) as err:
         raise typer.BadParameter(
             f"{vectors} is not a pipeline with vectors: make one with `python -m spacy init vectors LANG VECTORS.vec {vectors}` (or scripts/static_vectors.py)"
-        )
+        ) from err
+    if rows == 0:
+        raise typer.BadParameter(f"{vectors} holds no vectors (a table of 0 rows): give a pipeline whose vocab has vectors")
     switches = [f"{section}.include_static_vectors" for section in sections_with(Config().from_disk(config, interpolate=False), "include_static_vectors")]
     if not switches:
         raise typer.BadParameter(f"{config} has no embed that reads static vectors (no include_static_vectors setting)")
@@ -153,11 +167,25 @@ def sections_with(config: Dict[str, Any], key: str, prefix: str = "") -> List[st
     return names
 
 
+def read_run_record(run_dir: Path) -> Dict[str, Any]:
+    """The run.json of `run_dir` ({} where there is none); a one-line error naming it where
+    it is not a run's record (damaged, or written by something else)."""
+    path = run_dir / RUN_FILE
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise typer.BadParameter(f"{path}: not a run record ({err}); remove the run's folder to train it again") from err
+    if not isinstance(record, dict) or ("inputs" in record and not isinstance(record.get("seed"), int)):
+        raise typer.BadParameter(f"{path}: not a run record (no seed); remove the run's folder to train it again")
+    return record
+
+
 def finished_inputs(run_dir: Path) -> Optional[Dict[str, Any]]:
     """The inputs of the run `train` finished in `run_dir`; None where there is none (never
     started, or interrupted before `train` recorded them)."""
-    path = run_dir / RUN_FILE
-    return json.loads(path.read_text()).get("inputs") if path.is_file() else None
+    return read_run_record(run_dir).get("inputs")
 
 
 def overrides(seed: int, max_steps: int, train: Path, dev: Path, bilm: Optional[Path], layers: List[Path], epochs_log: Path) -> Dict[str, Any]:
@@ -268,7 +296,7 @@ def train(
         result = subprocess.run(command)
         if result.returncode != 0:
             raise typer.Exit(result.returncode)
-        record = json.loads((run_dir / RUN_FILE).read_text())
+        record = read_run_record(run_dir)
         record["inputs"] = inputs
         write_whole(run_dir / RUN_FILE, json.dumps(record, indent=2))
 
@@ -383,8 +411,7 @@ def finished_runs(arm_dir: Path) -> Dict[int, Dict[str, Any]]:
     """Seed -> run.json of each run in an arm's folder that `train` finished (it records the inputs)."""
     runs = {}
     for run_dir in arm_dir.glob("seed*"):
-        path = run_dir / RUN_FILE
-        record = json.loads(path.read_text()) if path.is_file() else {}
+        record = read_run_record(run_dir)
         if "inputs" in record:
             runs[record["seed"]] = record
     return runs
@@ -444,22 +471,21 @@ def sample(
     import spacy
     from spacy.tokens import DocBin
 
-    if not train_path.is_file():
-        raise typer.BadParameter(f"{train_path} not found")
-    source = DocBin().from_disk(train_path)
+    refuse_over_inputs(output, [train_path])
+    if rest is not None:
+        refuse_over_inputs(rest, [train_path, output])
+    source = read_docbin(train_path)
     if docs > len(source):
         raise typer.BadParameter(f"--docs {docs} is more than the {len(source)} docs in {train_path}")
     all_docs = list(source.get_docs(spacy.blank("xx").vocab))
     chosen = sorted(random.Random(seed).sample(range(len(all_docs)), docs))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    DocBin(docs=[all_docs[i] for i in chosen], store_user_data=True).to_disk(output)
+    write_bytes_whole(output, DocBin(docs=[all_docs[i] for i in chosen], store_user_data=True).to_bytes())
     words = sum(len(all_docs[i]) for i in chosen)
     typer.echo(f"{docs} of {len(all_docs)} docs ({words:,} words) drawn with seed {seed} into {output}")
     if rest is not None:
         drawn = set(chosen)
         others = [doc for i, doc in enumerate(all_docs) if i not in drawn]
-        rest.parent.mkdir(parents=True, exist_ok=True)
-        DocBin(docs=others, store_user_data=True).to_disk(rest)
+        write_bytes_whole(rest, DocBin(docs=others, store_user_data=True).to_bytes())
         typer.echo(f"the other {len(others)} docs ({sum(len(d) for d in others):,} words) into {rest}")
 
 
@@ -473,15 +499,41 @@ def lines(
     `spacy train` (the doc as spaCy's corpus reader gives it to the pipeline: the text
     tokenized by LANG's tokenizer; whitespace tokens left out, tokens joined by spaces):
     the input of `dump --all` for the twins' --elmo-layers."""
-    import spacy
     from spacy.training import Corpus
 
-    if not docbin.is_file():
-        raise typer.BadParameter(f"{docbin} not found")
-    examples = Corpus(docbin)(spacy.blank(lang))
-    texts = [" ".join(t.text for t in example.predicted if not t.is_space) for example in examples]
+    from spacy_elmo.languages import blank_language
+
+    refuse_over_inputs(output, [docbin])
+    read_docbin(docbin)  # spaCy's reader only warns about a file that is not a DocBin
+    try:
+        nlp = blank_language(lang)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    texts = [" ".join(t.text for t in example.predicted if not t.is_space) for example in Corpus(docbin)(nlp)]
     write_whole(output, "".join(f"{text}\n" for text in texts if text))
     typer.echo(f"{len(texts)} docs into {output}")
+
+
+def read_docbin(path: Path) -> Any:
+    """The DocBin at `path`; a one-line error where it is missing or not a DocBin."""
+    from spacy.tokens import DocBin
+
+    if not path.is_file():
+        raise typer.BadParameter(f"{path} not found")
+    try:
+        return DocBin().from_disk(path)
+    except ValueError as err:  # spaCy's E1014, with a traceback behind it otherwise
+        raise typer.BadParameter(f"{path}: not a DocBin (.spacy) file") from err
+
+
+def refuse_over_inputs(output: Path, inputs: List[Path]) -> None:
+    """spacy_elmo's refusal of an output that would replace an input, as a usage error."""
+    from spacy_elmo.io.staging import refuse_writing_over_inputs
+
+    try:
+        refuse_writing_over_inputs(output, inputs)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
 
 
 def arm_folders(elmo_arm: str) -> Dict[str, str]:

@@ -7,6 +7,7 @@ import statistics
 import types
 from pathlib import Path
 
+import numpy
 import pytest
 import spacy
 import typer
@@ -294,6 +295,18 @@ def test_train_restarts_an_interrupted_run_without_asking(downstream, monkeypatc
     assert [run_dir_of(command) for command in commands] == [interrupted, twin_inputs / "runs" / "elmo" / "seed0"]
 
 
+@pytest.mark.parametrize("record", ["{bad", "[1]", '{"inputs": {}}'])
+def test_a_damaged_run_record_is_named_in_a_one_line_error(downstream, evaluations, monkeypatch, twin_inputs, test_set, record):
+    damaged = twin_inputs / "runs" / "base" / "seed0"
+    damaged.mkdir(parents=True)
+    (damaged / "run.json").write_text(record)
+    for arguments in (train_arguments(twin_inputs), ["evaluate", str(twin_inputs / "runs"), str(test_set)]):
+        result = CliRunner().invoke(downstream.app, arguments)
+        assert result.exit_code == 2, result.output
+        assert "run.json: not a run record" in plain(result.output) and "remove the run's folder" in plain(result.output)
+    assert (damaged / "run.json").read_text() == record
+
+
 @pytest.mark.parametrize("item", ["components.tok2vec.model.encode.width", "=192", "components.elmo.layer_cache=never"])
 def test_train_refuses_an_override_that_is_not_key_equals_json(downstream, twin_inputs, item):
     result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--set", item))
@@ -358,6 +371,34 @@ def test_sample_rest_splits_a_docbin_into_two_halves(downstream, tmp_path):
     assert all(half == sorted(half) for half in halves)
 
 
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["sample", "train.spacy", "train.spacy", "--docs", "2"], "train.spacy: the output is train.spacy, which this command reads"),
+        (["sample", "train.spacy", "a.spacy", "--docs", "2", "--rest", "a.spacy"], "a.spacy: the output is a.spacy, which this command reads"),
+        (["sample", "junk.spacy", "a.spacy", "--docs", "2"], "junk.spacy: not a DocBin (.spacy) file"),
+        (["sample", "train.spacy", "folder", "--docs", "2"], "folder: could not be written"),
+        (["lines", "train.spacy", "train.spacy"], "train.spacy: the output is train.spacy, which this command reads"),
+        (["lines", "junk.spacy", "a.txt"], "junk.spacy: not a DocBin (.spacy) file"),
+        (["lines", "train.spacy", "a.txt", "--lang", "zz"], "--lang 'zz': spaCy cannot make this language's tokenizer here"),
+        (["lines", "train.spacy", "folder"], "folder: could not be written"),
+    ],
+)
+def test_sample_and_lines_refuse_bad_files_in_one_line_and_keep_their_input(downstream, tmp_path, monkeypatch, arguments, message):
+    from spacy.tokens import Doc, DocBin
+
+    monkeypatch.chdir(tmp_path)
+    DocBin(docs=[Doc(spacy.blank("en").vocab, words=[f"w{i}", "."]) for i in range(4)]).to_disk("train.spacy")
+    (tmp_path / "junk.spacy").write_bytes(b"not a docbin")
+    (tmp_path / "folder").mkdir()
+    before = (tmp_path / "train.spacy").read_bytes()
+    result = CliRunner().invoke(downstream.app, arguments)
+    assert result.exit_code == 2, result.output
+    assert message in plain(result.output)
+    assert (tmp_path / "train.spacy").read_bytes() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder", "junk.spacy", "train.spacy"]
+
+
 def test_lines_writes_the_tokens_the_elmo_component_reads_in_spacy_train(downstream, tmp_path):
     """spaCy's corpus reader gives the pipeline the doc's text tokenized again (UD's
     "'Akkab" is two tokens to spaCy's English tokenizer); whitespace tokens are left out."""
@@ -377,10 +418,11 @@ def test_lines_writes_the_tokens_the_elmo_component_reads_in_spacy_train(downstr
     assert expected[1] == "Two spaces !"
 
 
-def fake_vectors(folder):
+def fake_vectors(folder, rows=3):
     """A folder laid out as a pipeline with vectors (only what `train` checks and fingerprints)."""
     (folder / "vocab").mkdir(parents=True)
-    (folder / "vocab" / "vectors").write_text("vectors")
+    with (folder / "vocab" / "vectors").open("wb") as table:
+        numpy.save(table, numpy.ones((rows, 4), dtype=numpy.float32))
     return folder
 
 
@@ -427,6 +469,9 @@ def test_train_refuses_static_vectors_it_cannot_give_before_training_any(downstr
     (twin_inputs / "not-vectors").mkdir()
     result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--static-vectors", str(twin_inputs / "not-vectors")))
     assert result.exit_code != 0 and "is not a pipeline with vectors: make one with" in plain(result.output)
+    empty = fake_vectors(twin_inputs / "empty-vectors", rows=0)
+    result = CliRunner().invoke(downstream.app, train_arguments(twin_inputs, "--static-vectors", str(empty)))
+    assert result.exit_code != 0 and "holds no vectors (a table of 0 rows)" in plain(result.output)
 
     vectors = fake_vectors(twin_inputs / "vectors")
     (twin_inputs / "base.cfg").write_text('[nlp]\nlang = "en"\n')
