@@ -211,14 +211,17 @@ def _build(header: Any, weights: bytes, words: Optional[List[str]], config_sourc
     unexpected = sorted(set(arrays) - set(expected))
     if missing or unexpected:
         raise ModelFileError(weights_source, f"weights do not match the configuration (missing {missing}, unexpected {unexpected})")
+    values = {}
     for name, array in arrays.items():
         if tuple(array.shape) != tuple(expected[name].shape):
             raise ModelFileError(weights_source, f"{name} has shape {array.shape}, the configuration calls for {tuple(expected[name].shape)}")
         if array.dtype.kind != "f":
             raise ModelFileError(weights_source, f"{name} has dtype {array.dtype}, expected floating point")
-        if not numpy.all(numpy.isfinite(array)):
-            raise ModelFileError(weights_source, f"{name} holds NaN or infinite values")
-    bilm.load_state_dict({name: torch.from_numpy(array.astype(numpy.float32)) for name, array in arrays.items()})
+        with numpy.errstate(over="ignore"):  # a float64 value beyond float32's range becomes inf, refused below
+            values[name] = array.astype(numpy.float32)
+        if not numpy.all(numpy.isfinite(values[name])):
+            raise ModelFileError(weights_source, f"{name} holds NaN or infinite values (or values beyond float32's range)")
+    bilm.load_state_dict({name: torch.from_numpy(array) for name, array in values.items()})
     return bilm.eval()
 
 

@@ -110,7 +110,8 @@ def expected_shapes(config: BiLMConfig) -> Dict[str, Shape]:
 
 
 def value_problems(arrays: Mapping[str, numpy.ndarray], source: object) -> List[str]:
-    """A problem for every array that is not floating point or holds NaN or infinite values."""
+    """A problem for every array that is not floating point or holds NaN or infinite values,
+    or values beyond float32's range (the biLM's weights are float32)."""
     problems = []
     for name, array in sorted(arrays.items()):
         if array.dtype.kind != "f":
@@ -119,6 +120,8 @@ def value_problems(arrays: Mapping[str, numpy.ndarray], source: object) -> List[
         nan, infinite = int(numpy.isnan(array).sum()), int(numpy.isinf(array).sum())
         if nan or infinite:
             problems.append(f"{source}: {name} holds {nan} NaN and {infinite} infinite values")
+        elif array.dtype.itemsize > 4 and array.size and float(numpy.abs(array).max()) > float(numpy.finfo(numpy.float32).max):
+            problems.append(f"{source}: {name} holds values beyond float32's range")
     return problems
 
 

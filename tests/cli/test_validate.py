@@ -152,6 +152,7 @@ def test_every_bad_tensor_of_a_model_directory_is_listed(tiny_model_dir: Path, t
         arrays[LSTM_WEIGHT][0, 0] = numpy.nan
         arrays["backward_stack.layers.1.bias"] = arrays["backward_stack.layers.1.bias"][:-1]
         arrays["token_encoder.projection.bias"][:2] = numpy.inf
+        arrays["token_encoder.projection.weight"] = arrays["token_encoder.projection.weight"].astype(numpy.float64) * 1e300
 
     rewrite_npz(model / "weights.npz", damage)
     weights = model / "weights.npz"
@@ -160,6 +161,7 @@ def test_every_bad_tensor_of_a_model_directory_is_listed(tiny_model_dir: Path, t
         result,
         f"{weights}: {LSTM_WEIGHT} holds 1 NaN and 0 infinite values",
         f"{weights}: token_encoder.projection.bias holds 0 NaN and 2 infinite values",
+        f"{weights}: token_encoder.projection.weight holds values beyond float32's range",
         f"{weights}: backward_stack.layers.1.bias has shape (47,), {model / 'config.json'} calls for (48,)",
     )
     assert "weights sha256" not in result.output

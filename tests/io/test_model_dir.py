@@ -80,6 +80,19 @@ def test_a_config_value_of_the_wrong_type_or_nan_weights_are_named(tmp_path):
         load_model(tmp_path / "model")
 
 
+def test_float64_weights_beyond_float32s_range_are_refused_and_others_load_as_float32(tmp_path):
+    bilm = random_bilm()
+    save_model(bilm, tmp_path / "model")
+    arrays = dict(numpy.load(tmp_path / "model" / "weights.npz"))
+    name = sorted(arrays)[0]
+    numpy.savez(tmp_path / "model" / "weights.npz", **{**arrays, name: arrays[name].astype(numpy.float64)})
+    loaded = load_model(tmp_path / "model")  # float64 within range: the same float32 values
+    assert all(torch.equal(value, bilm.state_dict()[key]) for key, value in loaded.state_dict().items())
+    numpy.savez(tmp_path / "model" / "weights.npz", **{**arrays, name: arrays[name].astype(numpy.float64) * 1e300})
+    with pytest.raises(ModelFileError, match=rf"weights.npz: {name} holds NaN or infinite values \(or values beyond float32's range\)"):
+        load_model(tmp_path / "model")
+
+
 def test_pickled_objects_are_never_loaded(tmp_path):
     """An archive that smuggles an object array is refused, not unpickled."""
     save_model(random_bilm(), tmp_path / "model")
