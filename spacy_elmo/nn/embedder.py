@@ -16,6 +16,9 @@ import torch
 from .bilm import BiLM, BiLMOutput, BiLMState
 from .precision import check_precision, precision_context, runtime_bilm
 
+FIRST_CACHE_ROWS = 4096
+"""The token cache's first table size; it doubles as it fills, up to `cache_size` rows."""
+
 
 class Embedder:
     """Runs a `BiLM` for inference over tokenized sentences."""
@@ -31,7 +34,7 @@ class Embedder:
         self.bilm = runtime_bilm(bilm, precision)
         self.cache_size = cache_size
         self._slots: "OrderedDict[str, int]" = OrderedDict()  # string -> row of _table, oldest first
-        self._table: Optional[torch.Tensor] = None  # (cache_size, P)
+        self._table: Optional[torch.Tensor] = None  # (up to cache_size, P): see _table_for
         self._boundaries: Optional[torch.Tensor] = None  # (2, P)
         self._lock = threading.Lock()
 
@@ -78,7 +81,7 @@ class Embedder:
         missing = [i for i, s in enumerate(strings) if s not in self._slots]
         if hits:
             slots = [self._slots[strings[i]] for i in hits]
-            out[hits] = self._cached_table()[slots]
+            out[hits] = self._table_for(len(self._slots))[slots]
             for i in hits:
                 self._slots.move_to_end(strings[i])
         if missing:
@@ -87,10 +90,17 @@ class Embedder:
             self._remember([strings[i] for i in missing], out[missing])
         return out
 
-    def _cached_table(self) -> torch.Tensor:
-        if self._table is None:
+    def _table_for(self, rows: int) -> torch.Tensor:
+        """The cache's (rows at least, P) table of encodings, grown by doubling as distinct
+        strings arrive (up to `cache_size` rows): a large cache_size costs memory only as it
+        fills."""
+        current = 0 if self._table is None else self._table.shape[0]
+        if self._table is None or rows > current:
             reference = self.bilm.token_encoder.embedding_weight
-            self._table = reference.new_zeros(self.cache_size, self.bilm.config.projection_dim)
+            grown = reference.new_zeros(min(self.cache_size, max(rows, 2 * current, FIRST_CACHE_ROWS)), self.bilm.config.projection_dim)
+            if self._table is not None:
+                grown[:current] = self._table
+            self._table = grown
         return self._table
 
     def _remember(self, strings: List[str], vectors: torch.Tensor) -> None:
@@ -98,8 +108,8 @@ class Embedder:
         least recently used."""
         if not self.cache_size:
             return
-        table = self._cached_table()
         keep = range(max(0, len(strings) - self.cache_size), len(strings))
+        table = self._table_for(min(self.cache_size, len(self._slots) + len(keep)))
         for k in keep:
             if len(self._slots) < self.cache_size:
                 slot = len(self._slots)

@@ -7,6 +7,7 @@ import torch
 
 from elmo_testing import random_bilm
 from spacy_elmo.nn import batch_to_char_ids
+from spacy_elmo.nn import embedder as embedder_module
 from spacy_elmo.nn.embedder import Embedder
 
 VOCAB = "the bank river of a money 🏦 銀行 x".split() + ["y" * 70, "naïve", "\x00ctl", "Bank", "BANK"]
@@ -48,6 +49,23 @@ def test_cache_is_least_recently_used_and_bounded():
     with torch.no_grad():
         expected = bilm.token_encoder(torch.from_numpy(batch_to_char_ids([["g", "h", "i", "b"]]))[0])
     torch.testing.assert_close(before, expected, rtol=0, atol=1e-5)
+
+
+def test_the_cache_table_grows_as_it_fills_and_keeps_what_it_held(monkeypatch):
+    monkeypatch.setattr(embedder_module, "FIRST_CACHE_ROWS", 2)
+    bilm = random_bilm()
+    embedder = Embedder(bilm, cache_size=10**15)  # would be petabytes allocated at once
+    strings = [f"w{i}" for i in range(11)]
+    for start in range(0, len(strings), 3):
+        embedder([strings[start : start + 3]])
+    assert embedder.cached_tokens == 11 and embedder._table.shape[0] == 12  # 3 rows, then twice as many: 6, 12
+    with torch.no_grad():
+        expected = bilm.token_encoder(torch.from_numpy(batch_to_char_ids([strings]))[0])
+    torch.testing.assert_close(embedder.encode_types(strings), expected, rtol=0, atol=1e-5)  # every one a hit
+    small = Embedder(bilm, cache_size=5)
+    small([strings[:3]])
+    small([strings[3:9]])
+    assert small._table.shape[0] == 5 and list(small._slots) == strings[4:9]
 
 
 def test_cached_vectors_are_not_recomputed(monkeypatch):
