@@ -13,6 +13,9 @@ MixName = Literal["average", "top"]
 MixSetting = Union[MixName, int, Dict[str, Any]]
 LayerCacheMode = Literal["training", "always", "never"]
 LAYER_CACHE_MODES: Tuple[str, ...] = get_args(LayerCacheMode)
+MAX_THREADS = 1024
+"""The most torch threads `num_threads` may ask for: OpenMP aborts the process, with no
+Python error, where it cannot start as many as asked."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,8 @@ class ElmoSettings:
             raise ValueError(f"batch_tokens ({self.batch_tokens}) must be at least window_size ({self.window_size}): a batch holds at least one window")
         if not 0 <= self.window_overlap < self.window_size:
             raise ValueError(f"window_overlap must be at least 0 and below window_size ({self.window_size}), got {self.window_overlap}")
-        if self.num_threads < 0:
-            raise ValueError(f"num_threads must be 0 (leave torch's setting) or positive, got {self.num_threads}")
+        if not 0 <= self.num_threads <= MAX_THREADS:
+            raise ValueError(f"num_threads must be 0 (leave torch's setting) or a count up to {MAX_THREADS}, got {self.num_threads}")
         if self.token_cache_size < 0:
             raise ValueError(f"token_cache_size must be 0 (no cache) or positive, got {self.token_cache_size}")
         if self.layer_cache not in LAYER_CACHE_MODES:

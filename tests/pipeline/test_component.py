@@ -62,6 +62,8 @@ def test_mix_settings(tiny_model_dir, mix, weights, gamma):
         ({"mix": {"weights": [1, 2], "beta": 1}}, "needs 'weights'"),
         ({"window_overlap": 128}, "window_overlap"),
         ({"token_cache_size": -1}, "token_cache_size"),
+        ({"num_threads": -1}, "num_threads must be 0 \\(leave torch's setting\\) or a count up to 1024, got -1"),
+        ({"num_threads": 10**9}, "num_threads must be 0 \\(leave torch's setting\\) or a count up to 1024, got 1000000000"),
         ({"device": "cuda:0"} if not torch.cuda.is_available() else {"device": "meta"}, "no CUDA device|must be one of"),
         ({"mix": {"weights": [[1, 2]]}}, "finite numbers"),
         ({"mix": {"weights": 5}}, "mix weights must be a list of finite numbers, one per layer, got 5"),
