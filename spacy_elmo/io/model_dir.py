@@ -15,7 +15,7 @@ import numpy
 import srsly
 import torch
 
-from ..nn.bilm import BiLM
+from ..nn.bilm import BiLM, bilm_skeleton
 from ..nn.config import BiLMConfig
 from .errors import ModelFileError
 from .staging import Replaceable, carry_over, staged_directory
@@ -199,10 +199,9 @@ def _build(header: Any, weights: bytes, words: Optional[List[str]], config_sourc
     if (config.token_encoder == "words") != (words is not None):
         raise ModelFileError(config_source, f"token_encoder {config.token_encoder!r} and the presence of a word vocabulary disagree")
     try:
-        bilm = BiLM(config, words)
+        expected = bilm_skeleton(config, words).state_dict()  # the file's shapes are checked before anything is allocated
     except ValueError as err:
         raise ModelFileError(words_source, f"invalid word vocabulary ({err})") from err
-    expected = bilm.state_dict()
     arrays = read_arrays(weights, weights_source)
     table = arrays.get("token_encoder.embedding.weight")
     if words is not None and table is not None and table.shape[:1] != (len(words),):
@@ -221,6 +220,7 @@ def _build(header: Any, weights: bytes, words: Optional[List[str]], config_sourc
             values[name] = array.astype(numpy.float32)
         if not numpy.all(numpy.isfinite(values[name])):
             raise ModelFileError(weights_source, f"{name} holds NaN or infinite values (or values beyond float32's range)")
+    bilm = BiLM(config, words)
     bilm.load_state_dict({name: torch.from_numpy(array) for name, array in values.items()})
     return bilm.eval()
 

@@ -11,11 +11,11 @@ from .errors import ModelFileError
 
 def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
     """Map a parsed options dict to a `BiLMConfig`; KeyError/ValueError on bad content."""
-    lstm, cnn = options["lstm"], options["char_cnn"]
+    lstm, cnn = _section(options, "lstm"), _section(options, "char_cnn")
     check_character_count(cnn.get("n_characters", N_CHARACTER_IDS), "char_cnn.n_characters")
     return BiLMConfig(  # BiLMConfig checks the types: "false" is not read as true, nor 2.5 as 2
         filters=cnn["filters"],
-        char_embedding_dim=cnn["embedding"]["dim"],
+        char_embedding_dim=_section(cnn, "embedding", "char_cnn.")["dim"],
         n_highway=cnn["n_highway"],
         activation=cnn.get("activation", "relu"),
         max_characters_per_token=cnn.get("max_characters_per_token", 50),
@@ -26,6 +26,16 @@ def config_from_options(options: Dict[str, Any]) -> BiLMConfig:
         proj_clip=lstm.get("proj_clip"),
         use_skip_connections=lstm.get("use_skip_connections", False),
     )
+
+
+def _section(options: Any, key: str, prefix: str = "") -> Dict[str, Any]:
+    """`options[key]`, which must be a JSON object; KeyError where it is missing."""
+    if not isinstance(options, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'the options'} must be a JSON object")
+    section = options[key]
+    if not isinstance(section, dict):
+        raise ValueError(f"'{prefix}{key}' must be a JSON object, got {json.dumps(section)[:40]}")
+    return section
 
 
 def options_from_config(config: BiLMConfig) -> Dict[str, Any]:

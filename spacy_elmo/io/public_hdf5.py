@@ -13,18 +13,21 @@ d = 0 is the forward direction, 1 the backward one.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple, Union, cast
+from typing import TYPE_CHECKING, Callable, Dict, List, Tuple, Union, cast
 
 import numpy
 import torch
 
-from ..nn.bilm import BiLM
+from ..nn.bilm import BiLM, bilm_skeleton
 from ..nn.config import BiLMConfig
 from ..nn.lstm import ProjectedLSTM
 from ..nn.token_encoder import Highway, TokenEncoder
 from .errors import ModelFileError
 from .options import options_from_config, read_options, write_options
 from .staging import staged_file
+
+if TYPE_CHECKING:
+    import h5py
 
 Converter = Callable[[numpy.ndarray], numpy.ndarray]
 GATE_ORDER = [0, 2, 1, 3]
@@ -126,37 +129,53 @@ def weight_table(bilm: BiLM) -> Dict[str, _Entry]:
 
 def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file: Union[str, Path] = "options") -> None:
     """Fill `bilm` from a public hdf5 file; every dataset is checked against the config."""
+    table = weight_table(bilm)  # first: it refuses what the format cannot hold
+    with _open_weights(weight_file) as handle:
+        path = Path(weight_file)
+        _check_layout(handle, table, bilm.config, path, options_file)
+        for name, entry in table.items():
+            try:
+                stored = numpy.asarray(handle[name][...], dtype=numpy.float32)
+            except (OSError, KeyError) as err:
+                raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
+            if not numpy.all(numpy.isfinite(stored)):
+                raise ModelFileError(path, f"dataset {name!r} holds NaN or infinite values")
+            entry.write(entry.to_torch(stored))
+
+
+def check_public_layout(config: BiLMConfig, weight_file: Union[str, Path], options_file: Union[str, Path]) -> None:
+    """ModelFileError where the file's datasets are not those a biLM of `config` stores, by
+    name, dtype and shape (read from the file's headers); nothing the options ask for is
+    allocated, so options of absurd sizes are refused, not built."""
+    with _open_weights(weight_file) as handle:
+        _check_layout(handle, weight_table(bilm_skeleton(config)), config, Path(weight_file), options_file)
+
+
+def _open_weights(weight_file: Union[str, Path]) -> "h5py.File":
     import h5py
 
     path = Path(weight_file)
     if not path.is_file():
         raise ModelFileError(path, "weight file not found")
-    table = weight_table(bilm)  # first: it refuses what the format cannot hold
     try:
-        handle = h5py.File(path, "r")
+        return h5py.File(path, "r")
     except OSError as err:
         raise ModelFileError(path, f"not a readable HDF5 weight file, it may be truncated or corrupt ({err})") from err
-    with handle:
-        check_no_extra_layers(handle, bilm.config, path, options_file)
-        for name, entry in table.items():
-            if name not in handle:
-                raise ModelFileError(path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights")
-            dataset = handle[name]
-            if not isinstance(dataset, h5py.Dataset) or dataset.dtype.kind != "f":
-                raise ModelFileError(path, f"{name!r} is not a floating-point dataset")
-            try:
-                stored = numpy.asarray(dataset[...], dtype=numpy.float32)
-            except (OSError, KeyError) as err:
-                raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
-            expected = entry.public_shape()
-            if stored.shape != expected:
-                raise ModelFileError(
-                    path,
-                    f"dataset {name!r} has shape {stored.shape}, but the options in {options_file} call for {expected}",
-                )
-            if not numpy.all(numpy.isfinite(stored)):
-                raise ModelFileError(path, f"dataset {name!r} holds NaN or infinite values")
-            entry.write(entry.to_torch(stored))
+
+
+def _check_layout(handle: "h5py.File", table: Dict[str, _Entry], config: BiLMConfig, path: Path, options_file: Union[str, Path]) -> None:
+    import h5py
+
+    check_no_extra_layers(handle, config, path, options_file)
+    for name, entry in table.items():
+        if name not in handle:
+            raise ModelFileError(path, f"dataset {name!r} is missing; the options in {options_file} do not match these weights")
+        dataset = handle[name]
+        if not isinstance(dataset, h5py.Dataset) or dataset.dtype.kind != "f":
+            raise ModelFileError(path, f"{name!r} is not a floating-point dataset")
+        expected = entry.public_shape()
+        if dataset.shape != expected:
+            raise ModelFileError(path, f"dataset {name!r} has shape {dataset.shape}, but the options in {options_file} call for {expected}")
 
 
 def check_no_extra_layers(handle, config: BiLMConfig, path: Path, options_file) -> None:
@@ -191,6 +210,7 @@ def _write_weight_table(table: Dict[str, _Entry], path: Path) -> None:
 def load_public_model(options_file: Union[str, Path], weight_file: Union[str, Path]) -> BiLM:
     """Build a `BiLM` from an options.json + weights.hdf5 pair."""
     config = read_options(options_file)
+    check_public_layout(config, weight_file, options_file)
     bilm = BiLM(config)
     load_public_weights(bilm, weight_file, options_file)
     return bilm.eval()

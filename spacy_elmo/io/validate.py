@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 import numpy
-import torch
 
-from ..nn.bilm import BiLM
+from ..nn.bilm import BiLM, bilm_skeleton
 from ..nn.chars import N_CHARACTER_IDS
 from ..nn.config import BiLMConfig
 from ..nn.special_tokens import SPECIAL_TOKENS
@@ -101,8 +100,7 @@ def expected_shapes(config: BiLMConfig) -> Dict[str, Shape]:
     """name -> shape of every tensor a biLM of `config` stores (any number of word-table rows);
     nothing is allocated, whatever sizes the configuration asks for."""
     words = list(SPECIAL_TOKENS) if config.token_encoder == "words" else None
-    with torch.device("meta"):
-        skeleton = BiLM(config, words)
+    skeleton = bilm_skeleton(config, words)
     shapes: Dict[str, Shape] = {name: tuple(t.shape) for name, t in skeleton.state_dict().items()}
     if words is not None:
         shapes[WORD_TABLE] = (None, *shapes[WORD_TABLE][1:])
@@ -221,9 +219,7 @@ def _check_public_layout(handle: "h5py.File", datasets: Mapping[str, numpy.ndarr
     or of another shape, and for layers the options do not describe."""
     import h5py
 
-    with torch.device("meta"):  # the options are not trusted yet: nothing is allocated
-        skeleton = BiLM(config)
-    for name, entry in weight_table(skeleton).items():
+    for name, entry in weight_table(bilm_skeleton(config)).items():  # the options are not trusted yet
         expected = entry.public_shape()
         if name not in handle:
             report.problem(weights, f"dataset {name!r} is missing; the options in {options} call for it")

@@ -304,6 +304,14 @@ class BiLM(nn.Module):
         return [[cast(ProjectedLSTM, layer).zero_state(batch, like) for layer in stack.layers] for stack in stacks]
 
 
+def bilm_skeleton(config: BiLMConfig, words: Optional[Sequence[str]] = None) -> BiLM:
+    """A `BiLM` of `config` on the meta device: every tensor's shape and nothing allocated,
+    whatever sizes an untrusted configuration asks for (check a file's shapes against it
+    before building the real one)."""
+    with torch.device("meta"):
+        return BiLM(config, words)
+
+
 class StatefulBiLM:
     """Carries LSTM state per batch row across calls, as bilm-tf and AllenNLP do.
 

@@ -1,5 +1,6 @@
 """Hyperparameters of an ELMo biLM, independent of any file format."""
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, get_args
 
@@ -61,6 +62,14 @@ class BiLMConfig:
             problems.append("a filter is wider than max_characters_per_token")
         if self.max_characters_per_token < 3:
             problems.append("max_characters_per_token must be at least 3")
+        counts = {"n_layers": self.n_layers, "n_highway": self.n_highway, "filters": len(self.filters)}
+        problems += [f"{name} must be at most {MAX_LAYERS} layers, got {count}" for name, count in counts.items() if count > MAX_LAYERS]
+        if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN:
+            problems.append(f"max_characters_per_token must be at most {MAX_CHARACTERS_PER_TOKEN} (longer tokens are cut to it)")
+        too_large = [name for name in INTEGER_FIELDS if name != "max_characters_per_token" and getattr(self, name) > LARGEST_SIZE] + ["filters"] * any(
+            w > LARGEST_SIZE or n > LARGEST_SIZE for w, n in self.filters
+        )
+        problems += [f"{name} must be below 2**31" for name in too_large]
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers"):
@@ -72,8 +81,8 @@ class BiLMConfig:
             problems.append("projection_dim must not exceed lstm_dim")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                problems.append(f"{name} must be positive or None")
+            if value is not None and not (0 < value < math.inf):  # NaN fails too
+                problems.append(f"{name} must be a positive finite number or None")
         if problems:
             raise ValueError("Invalid biLM configuration: " + "; ".join(problems))
 
@@ -99,6 +108,8 @@ class BiLMConfig:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        if not isinstance(data, dict):
+            raise ValueError(f"Invalid biLM configuration: must be an object of settings, got {type(data).__name__}")
         data = without_legacy_keys(data)
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         unknown = sorted(set(data) - set(known))
@@ -107,6 +118,14 @@ class BiLMConfig:
         return cls(**known)
 
 
+MAX_CHARACTERS_PER_TOKEN = 1000
+"""The most characters of a token a char-CNN may read (bilm-tf reads 50): every token's ids
+are an array of this many."""
+MAX_LAYERS = 1000
+"""The most LSTM layers, highway layers or CNN filter widths a configuration may ask for:
+what a file that asks for more holds is never a biLM, and building one would take hours."""
+LARGEST_SIZE = 2**31 - 1
+"""The largest width, count or length a configuration may ask for (torch's int32 sizes)."""
 INTEGER_FIELDS = ("char_embedding_dim", "n_highway", "max_characters_per_token", "lstm_dim", "projection_dim", "n_layers")
 BOOLEAN_FIELDS = ("use_skip_connections", "warm_state")
 CLIP_FIELDS = ("cell_clip", "proj_clip")

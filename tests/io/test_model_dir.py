@@ -228,3 +228,18 @@ def test_the_training_record_is_its_json_object_or_none(tmp_path, text, expected
     if text is not None:
         (tmp_path / "training.json").write_text(text, encoding="utf-8")
     assert read_training_record(tmp_path) == expected
+
+
+def test_a_config_of_absurd_sizes_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
+    from spacy_elmo.io import model_dir
+
+    save_model(random_bilm(), tmp_path / "model")
+    config_path = tmp_path / "model" / "config.json"
+    header = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**header, "bilm": {**header["bilm"], "lstm_dim": 2**30}}))
+    monkeypatch.setattr(model_dir, "BiLM", lambda *args: pytest.fail("a biLM was built before the shapes were checked"))
+    with pytest.raises(ModelFileError, match=r"weights.npz: .* has shape .*, the configuration calls for \(4294967296, .*\)"):
+        load_model(tmp_path / "model")
+    config_path.write_text(json.dumps({**header, "bilm": [1, 2]}))
+    with pytest.raises(ModelFileError, match="config.json: invalid biLM configuration .*must be an object of settings, got list"):
+        load_model(tmp_path / "model")

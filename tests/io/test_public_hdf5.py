@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from elmo_testing import TINY_CONFIG, fill_the_disk_at_dataset, random_bilm, random_word_bilm
-from spacy_elmo.io import ModelFileError, load_public_model, read_options, save_public_model, save_public_weights
+from spacy_elmo.io import ModelFileError, load_public_model, public_hdf5, read_options, save_public_model, save_public_weights
 from spacy_elmo.io.staging import WriteError
 from spacy_elmo.nn import BiLMConfig, batch_to_char_ids
 
@@ -142,6 +142,24 @@ def test_garbage_options_file_is_a_clear_error(tmp_path, allennlp_fixture):
     (tmp_path / "options.json").write_text(json.dumps({"lstm": {}}))
     with pytest.raises(ModelFileError, match="lacks the key 'char_cnn'"):
         read_options(tmp_path / "options.json")
+    for options, message in [
+        ({"lstm": {}, "char_cnn": [1]}, "'char_cnn' must be a JSON object, got \\[1\\]"),
+        ({"lstm": 3, "char_cnn": {}}, "'lstm' must be a JSON object, got 3"),
+        ({"lstm": {}, "char_cnn": {"filters": [[1, 4]], "embedding": 16}}, "'char_cnn.embedding' must be a JSON object, got 16"),
+        ([1], "the options must be a JSON object"),
+    ]:
+        (tmp_path / "options.json").write_text(json.dumps(options))
+        with pytest.raises(ModelFileError, match=f"options.json: invalid options \\({message}"):
+            read_options(tmp_path / "options.json")
+
+
+def test_options_of_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path, allennlp_fixture, monkeypatch):
+    options = json.loads((allennlp_fixture / "options.json").read_text())
+    options["lstm"]["dim"] = 2**30  # (4 * 2**30, ...) matrices: terabytes
+    (tmp_path / "options.json").write_text(json.dumps(options))
+    monkeypatch.setattr(public_hdf5, "BiLM", lambda *args: pytest.fail("a biLM was built before the shapes were checked"))
+    with pytest.raises(ModelFileError, match=r"lm_weights.hdf5: dataset '.*' has shape .*, but the options in .*options.json call for \(32, 4294967296\)"):
+        load_public_model(tmp_path / "options.json", allennlp_fixture / "lm_weights.hdf5")
 
 
 @pytest.mark.parametrize(

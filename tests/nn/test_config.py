@@ -45,12 +45,27 @@ def test_derived_sizes():
         (dict(n_highway=-1), "n_highway"),
         (dict(cell_clip=0.0), "cell_clip"),
         (dict(proj_clip=-1.0), "proj_clip"),
+        (dict(cell_clip=float("nan")), "cell_clip must be a positive finite number or None"),
+        (dict(proj_clip=float("inf")), "proj_clip must be a positive finite number or None"),
+        (dict(lstm_dim=2**40), "lstm_dim must be below 2\\*\\*31"),
+        (dict(lstm_dim=1e300), "lstm_dim must be below 2\\*\\*31"),
+        (dict(filters=((1, 2**31),)), "filters must be below 2\\*\\*31"),
+        (dict(max_characters_per_token=1001), "max_characters_per_token must be at most 1000 \\(longer tokens are cut to it\\)$"),
+        (dict(n_layers=1001), "n_layers must be at most 1000 layers, got 1001"),
+        (dict(n_highway=10**6), "n_highway must be at most 1000 layers"),
+        (dict(filters=((1, 1),) * 1001), "filters must be at most 1000 layers"),
         (dict(max_characters_per_token=2, filters=((1, 4),)), "max_characters_per_token"),
     ],
 )
 def test_invalid_settings_raise_value_error(overrides, fragment):
     with pytest.raises(ValueError, match=fragment):
         tiny(**overrides)
+
+
+@pytest.mark.parametrize("data", [[1, 2], "settings", None])
+def test_a_configuration_that_is_not_an_object_is_a_value_error(data):
+    with pytest.raises(ValueError, match="must be an object of settings"):
+        BiLMConfig.from_dict(data)
 
 
 def test_all_problems_are_reported_together():
