@@ -47,8 +47,9 @@ def text_files(paths: List[Path]) -> Iterator[Path]:
 
 
 def without_line_ends(table: Path) -> None:
-    """Take the row of `LINE_END` out of a .vec table."""
-    header, *rows = table.read_text(encoding="utf-8").splitlines()
+    """Take the row of `LINE_END` out of a .vec table (rows end in "\n" alone: a word may
+    hold what `str.splitlines` would also break at, U+2028 say)."""
+    header, *rows = table.read_text(encoding="utf-8").rstrip("\n").split("\n")
     kept = [row for row in rows if not row.startswith(f"{LINE_END} ")]
     count, width = header.split()
     table.write_text("\n".join([f"{int(count) - (len(rows) - len(kept))} {width}", *kept]) + "\n", encoding="utf-8")
@@ -65,9 +66,14 @@ def train_vectors(nlp: Language, files: List[Path], dim: int, epochs: int, min_c
         tokens = 0
         with joined.open("w", encoding="utf-8") as out:
             for path in files:
-                for line in path.open(encoding="utf-8"):
-                    tokens += len(line.split())
-                    out.write(line.rstrip("\n") + "\n")
+                try:
+                    for line in path.open(encoding="utf-8"):
+                        tokens += len(line.split())
+                        out.write(line.rstrip("\n") + "\n")
+                except UnicodeDecodeError as err:
+                    raise typer.BadParameter(
+                        f"{path}: not UTF-8 text (byte {err.start} of a line: {err.reason}); `corpus` writes tokenized UTF-8 text"
+                    ) from err
         if tokens == 0:
             raise typer.BadParameter(f"no tokens in {', '.join(map(str, files))}")
         try:

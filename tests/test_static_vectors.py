@@ -43,12 +43,24 @@ def test_the_pipeline_has_a_vector_for_each_word_used_min_count_times_and_one_th
     assert stats["texts"] == [str(tmp_path / "shards" / "a.txt"), str(tmp_path / "shards" / "b.txt"), str(tmp_path / "more.txt")]
 
 
+def test_a_word_holding_a_unicode_line_separator_keeps_its_vector(tmp_path):
+    """fastText breaks words at ASCII whitespace only: U+2028 and \\x1c stay inside a word."""
+    pytest.importorskip("floret")
+    odd = ["foo\u2028bar", "a\x1cb"]
+    (tmp_path / "text.txt").write_text((f"the {odd[0]} sat on {odd[1]} .\n") * 3, encoding="utf-8")
+    result = make_vectors(tmp_path / "out", tmp_path / "text.txt")
+    assert result.returncode == 0, result.stderr
+    vocab = spacy.load(tmp_path / "out").vocab
+    assert {vocab.strings[key] for key in vocab.vectors.keys()} == {"the", "sat", "on", ".", *odd}
+
+
 @pytest.mark.parametrize(
     "make_text, message",
     [
         (lambda path: path / "missing.txt", "missing.txt not found"),
         (lambda path: (path / "empty-folder").mkdir() or path / "empty-folder", "holds no .txt files"),
         (lambda path: (path / "blank.txt").write_text("\n \n") and path / "blank.txt", "no tokens in"),
+        (lambda path: (path / "latin1.txt").write_bytes(b"caf\xe9 sat .\n") and path / "latin1.txt", "latin1.txt: not UTF-8 text (byte 3"),
     ],
 )
 def test_text_it_cannot_train_on_is_refused_before_anything_is_written(tmp_path, make_text, message):
