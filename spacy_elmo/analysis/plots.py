@@ -101,6 +101,10 @@ def along_steps(steps: numpy.ndarray, known_steps: numpy.ndarray, values: numpy.
     return result
 
 
+class NoTrainingSteps(ValueError):
+    """A pretraining's metrics.jsonl with evaluations but no training log line yet."""
+
+
 LOG_KEYS = ("step", "tokens", "loss", "tokens_per_second", "learning_rate", "elapsed_seconds")
 
 
@@ -121,6 +125,8 @@ def read_metrics(path: PathLike, label: Optional[str] = None) -> RunMetrics:
             logs.append(record)
         elif isinstance(record, dict) and "step" in record and "dev_mean" in record:
             evals.append(record)
+    if not logs and evals:
+        raise NoTrainingSteps(f"{path}: the run logged no training steps (it ended before its first log line, every log_every steps)")
     if not logs:
         raise ValueError(f"{path} holds no training log lines (is it a pretraining metrics.jsonl?)")
 

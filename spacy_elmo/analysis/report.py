@@ -262,7 +262,10 @@ def corpus_folders(corpus: Optional[PathLike], run: Optional[Path]) -> List[Path
 def training_section(metrics: Optional[Path]) -> str:
     if metrics is None:
         return section("Training", absent("No metrics.jsonl given (--metrics) or found beside the model: no training curves."))
-    run = plots.read_metrics(metrics)
+    try:
+        run = plots.read_metrics(metrics)
+    except plots.NoTrainingSteps as err:
+        return section("Training", absent(f"{html.escape(str(err))}: no training curves."))
     best = int(run.dev_perplexity.argmin()) if len(run.dev_perplexity) else None
     rows = [
         ("metrics", html.escape(str(metrics))),

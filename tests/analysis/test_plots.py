@@ -96,6 +96,9 @@ def test_evaluation_steps_between_and_after_log_lines_are_interpolated():
 def test_read_metrics_names_a_file_without_log_lines(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 10, "dev_mean": 3.0}\n')
+    with pytest.raises(plots.NoTrainingSteps, match="metrics.jsonl: the run logged no training steps"):
+        plots.read_metrics(path)  # a run shorter than its log interval
+    path.write_text('{"epoch": 1}\n')
     with pytest.raises(ValueError, match="holds no training log lines"):
         plots.read_metrics(path)
     with pytest.raises(ValueError, match="metrics file not found"):

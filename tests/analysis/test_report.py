@@ -197,6 +197,15 @@ def test_absent_inputs_give_one_line_each(tiny_model_dir, tmp_path, monkeypatch)
     assert kept_after_a_failed_write(tmp_path / "bare.html", text)
 
 
+def test_a_run_that_logged_no_training_step_yet_has_a_report_without_curves(tiny_model_dir, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 3, "dev_mean": 40.0}\n')
+    page = Page(write_report(tiny_model_dir, tmp_path / "short.html", metrics=tmp_path / "metrics.jsonl").read_text(encoding="utf-8"))
+    assert (
+        f"{tmp_path / 'metrics.jsonl'}: the run logged no training steps (it ended before its first log line, every log_every steps): no training curves."
+        in page.absent
+    )
+
+
 def test_a_layer_the_model_lacks_is_an_error_before_the_corpus_is_read(tiny_model_dir, tmp_path, monkeypatch):
     from spacy_elmo.analysis import report
 
