@@ -9,7 +9,7 @@ the pipeline over docs with a progress bar, so every analysis sees exactly the v
 """
 
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 import numpy
 from spacy.language import Language
@@ -80,11 +80,11 @@ def iter_docs(path: PathLike, nlp: Language, limit: int = 0) -> Iterator[Doc]:
     if not path.is_file():
         raise ValueError(f"{path}: file not found")
     if path.suffix == ".spacy":
-        docs: Iterable[Doc] = DocBin().from_disk(path).get_docs(nlp.vocab)
+        docs: Iterable[Doc] = _read_as(path, "a DocBin", lambda: DocBin().from_disk(path).get_docs(nlp.vocab))
     elif path.suffix == ".conllu":
         from spacy.training.converters import conllu_to_docs
 
-        docs = conllu_to_docs(path.read_text(encoding="utf-8"), n_sents=1, no_print=True)
+        docs = _read_as(path, "CoNLL-U", lambda: conllu_to_docs(path.read_text(encoding="utf-8"), n_sents=1, no_print=True))
     elif path.suffix == ".jsonl":
         from ..training.corpus import CorpusStats, read_documents
 
@@ -95,6 +95,15 @@ def iter_docs(path: PathLike, nlp: Language, limit: int = 0) -> Iterator[Doc]:
         if limit and number == limit:
             return
         yield doc
+
+
+def _read_as(path: Path, kind: str, read: Callable[[], Iterable[Doc]]) -> Iterator[Doc]:
+    """The docs `read` gives; a ValueError naming `path` where spaCy cannot read it as `kind`
+    (its own errors name neither the file nor, for CoNLL-U, the line)."""
+    try:
+        yield from read()
+    except (ValueError, IndexError, KeyError) as err:
+        raise ValueError(f"{path}: cannot be read as {kind} ({err})") from err
 
 
 def _lines(path: Path) -> Iterator[str]:

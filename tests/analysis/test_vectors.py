@@ -60,3 +60,18 @@ def test_a_jsonl_file_gives_one_doc_per_text_field(tmp_path):
     path.write_text('{"title": "no text"}\n')
     with pytest.raises(ValueError, match="line 1: expected an object with a string 'text' field"):
         list(iter_docs(path, spacy.blank("en")))
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("empty.conllu", b"\n\n", r"empty.conllu: cannot be read as CoNLL-U \(not enough values to unpack"),
+        ("broken.conllu", b"1\tThe\n", r"broken.conllu: cannot be read as CoNLL-U \("),
+        ("latin1.conllu", b"1\tcaf\xe9\t_\t_\t_\t_\t0\troot\t_\t_\n", r"latin1.conllu: cannot be read as CoNLL-U \('utf-8' codec"),
+        ("junk.spacy", b"not a docbin", r"junk.spacy: cannot be read as a DocBin \("),
+    ],
+)
+def test_a_file_spacy_cannot_read_is_named_in_the_error(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        list(iter_docs(tmp_path / name, spacy.blank("en")))
