@@ -7,7 +7,7 @@ from typing import Optional, Tuple, Union
 from ..nn.bilm import BiLM
 from ..nn.config import BiLMConfig
 from .errors import ModelFileError
-from .model_dir import find_model_dir, load_model, load_model_config
+from .model_dir import find_model_dir, is_model_dir, load_model, load_model_config
 from .options import read_options
 from .public_hdf5 import load_public_model
 
@@ -44,6 +44,8 @@ def locate_bilm(weights: PathLike, options: Optional[PathLike], names: Tuple[str
         return find_model_dir(path), None
     if not path.exists():
         raise ModelFileError(path, "weights not found (expected a model directory or a public .hdf5 file)")
+    if is_model_dir(path.parent) and not options:
+        raise ValueError(f"'{weights_name}' ({path}) is a file of the spacy-elmo model directory {path.parent}: give the directory itself")
     if not options:
         raise ValueError(f"'{weights_name}' ({path}) is a public ELMo weight file: set '{options_name}' to its options.json")
     return path, Path(options)

@@ -107,6 +107,14 @@ def test_public_weights_need_their_options(allennlp_fixture):
         nlp(TEXT)
 
 
+@pytest.mark.parametrize("name", ["weights.npz", "config.json"])
+def test_a_file_of_a_model_directory_as_weights_points_to_the_directory(tiny_model_dir, name):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_model_dir / name)})
+    with pytest.raises(ValueError, match=f"is a file of the spacy-elmo model directory {tiny_model_dir}: give the directory itself"):
+        nlp(TEXT)
+
+
 def test_public_weights_load_in_the_component(allennlp_fixture):
     nlp = spacy.blank("en")
     nlp.add_pipe(
