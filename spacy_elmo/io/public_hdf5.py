@@ -220,8 +220,12 @@ def save_public_model(bilm: BiLM, options_file: Union[str, Path], weight_file: U
     """Write options.json and weights.hdf5 (their folders created), both written in full
     beside their places before either is renamed into place (`staged_file`): a failed write
     keeps both files there. ValueError, before anything is written, for a biLM the public
-    format cannot hold."""
+    format cannot hold, or for a place where a folder lies (only the second rename could
+    find out, after the first)."""
     table = weight_table(bilm)
+    for target in (Path(options_file), Path(weight_file)):
+        if target.is_dir():
+            raise ValueError(f"{target} is a folder: give the public pair's two files other places")
     with staged_file(options_file) as options_staging, staged_file(weight_file) as weights_staging:
         write_options(bilm.config, options_staging)
         _write_weight_table(table, weights_staging)

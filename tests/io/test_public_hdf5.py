@@ -56,6 +56,14 @@ def test_export_then_import_keeps_weights_and_outputs(tmp_path, config):
     numpy.testing.assert_array_equal(embed(bilm), embed(loaded))
 
 
+@pytest.mark.parametrize("folder", ["options.json", "weights.hdf5"])
+def test_a_folder_in_place_of_either_file_is_refused_before_the_other_is_written(tmp_path, folder):
+    (tmp_path / folder).mkdir()
+    with pytest.raises(ValueError, match=f"{folder} is a folder: give the public pair's two files other places"):
+        save_public_model(random_bilm(), tmp_path / "options.json", tmp_path / "weights.hdf5")
+    assert [path.name for path in tmp_path.iterdir()] == [folder]
+
+
 def test_a_word_model_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match="public ELMo format holds char-CNN biLMs only; this one has token_encoder 'words'"):
         save_public_model(random_word_bilm(), tmp_path / "out" / "options.json", tmp_path / "out" / "weights.hdf5")
