@@ -2,6 +2,7 @@
 and `export` (-> public weights)."""
 
 import json
+import re
 from pathlib import Path
 
 import typer
@@ -17,8 +18,28 @@ from .app import app, clean_errors, parse_mix
 # the pipeline options `convert` and `assemble` share
 PIPELINE_DIR = typer.Argument(..., help="Where to write the spaCy pipeline")
 LANG = typer.Option("en", help="Language of the pipeline's tokenizer (for a trained biLM: the corpus's)")
-NAME = typer.Option("elmo", help="Pipeline name (the package is <lang>_<name>)")
-VERSION = typer.Option("0.0.0", help="Pipeline version")
+
+
+def package_name(value: str) -> str:
+    """--name as `spacy package` will need it: the package is <lang>_<name>, a module name."""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", value):
+        raise typer.BadParameter(f"{value!r}: letters, digits and underscores only (the package is <lang>_<name>)")
+    return value
+
+
+def package_version(value: str) -> str:
+    """--version as `spacy package` will need it: a PEP 440 version."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(value)
+    except InvalidVersion as err:
+        raise typer.BadParameter(f"{value!r} is not a version number (e.g. 0.1.0)") from err
+    return value
+
+
+NAME = typer.Option("elmo", help="Pipeline name (the package is <lang>_<name>)", callback=package_name)
+VERSION = typer.Option("0.0.0", help="Pipeline version", callback=package_version)
 MIX = typer.Option("average", help="Default mix: average, top or a layer index")
 SENTENCIZER = typer.Option(True, help="Add a sentencizer so that sentences are embedded separately")
 

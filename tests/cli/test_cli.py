@@ -144,3 +144,10 @@ def test_an_output_that_would_replace_an_input_is_refused_and_the_input_kept(cas
     assert "which this command reads; give another output path" in plain(result.output)
     assert kept.read_bytes() == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["bilm", "extra.json", "text.txt"]
+
+
+@pytest.mark.parametrize("option, value, message", [("--name", "a/b", "letters, digits and underscores only"), ("--version", "", "is not a version number")])
+def test_a_package_name_or_version_spacy_package_would_refuse_is_refused_first(option, value, message, tiny_model_dir, tmp_path):
+    result = runner.invoke(app, ["assemble", str(tiny_model_dir), str(tmp_path / "out"), option, value])
+    assert result.exit_code == 2 and message in plain(result.output)
+    assert not (tmp_path / "out").exists()
