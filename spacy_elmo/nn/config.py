@@ -62,14 +62,13 @@ class BiLMConfig:
             problems.append("a filter is wider than max_characters_per_token")
         if self.max_characters_per_token < 3:
             problems.append("max_characters_per_token must be at least 3")
-        counts = {"n_layers": self.n_layers, "n_highway": self.n_highway, "filters": len(self.filters)}
-        problems += [f"{name} must be at most {MAX_LAYERS} layers, got {count}" for name, count in counts.items() if count > MAX_LAYERS]
+        counts = {"n_layers": self.n_layers, "n_highway": self.n_highway, "the number of filters": len(self.filters)}
+        problems += [f"{name} must be at most {MAX_LAYERS}, got {count}" for name, count in counts.items() if count > MAX_LAYERS]
         if self.max_characters_per_token > MAX_CHARACTERS_PER_TOKEN:
             problems.append(f"max_characters_per_token must be at most {MAX_CHARACTERS_PER_TOKEN} (longer tokens are cut to it)")
-        too_large = [name for name in INTEGER_FIELDS if name != "max_characters_per_token" and getattr(self, name) > LARGEST_SIZE] + ["filters"] * any(
-            w > LARGEST_SIZE or n > LARGEST_SIZE for w, n in self.filters
-        )
-        problems += [f"{name} must be below 2**31" for name in too_large]
+        sizes = {name: getattr(self, name) for name in INTEGER_FIELDS if name != "max_characters_per_token"}
+        sizes["filter widths and counts"] = max((max(w, n) for w, n in self.filters), default=0)
+        problems += [f"{name} must be below 2**31" for name, size in sizes.items() if size > LARGEST_SIZE]
         if self.activation not in ACTIVATIONS:
             problems.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers"):
@@ -122,7 +121,7 @@ MAX_CHARACTERS_PER_TOKEN = 1000
 """The most characters of a token a char-CNN may read (bilm-tf reads 50): every token's ids
 are an array of this many."""
 MAX_LAYERS = 1000
-"""The most LSTM layers, highway layers or CNN filter widths a configuration may ask for:
+"""The most LSTM layers, highway layers or CNN filters a configuration may ask for:
 what a file that asks for more holds is never a biLM, and building one would take hours."""
 LARGEST_SIZE = 2**31 - 1
 """The largest width, count or length a configuration may ask for (torch's int32 sizes)."""
