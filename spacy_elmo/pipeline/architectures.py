@@ -42,6 +42,10 @@ SHAPE_GIVEN = "shape_given"
 LAYERS_INITIALIZED = "layers_initialized"
 """attr of `ElmoLayers`, which has no weights: True once initialized (the layer after it then
 has weights for its shape, which may not change)."""
+WEIGHTS_PROBLEM = "elmo_weights_problem"
+"""attr: why the elmo component could not read its weights' shape when it was asked (its
+weights are read only when it is initialized, which spaCy skips for a frozen component);
+the mix names it where it finds no shape elsewhere."""
 GAMMA_PARAM = "gamma_param"
 """attr: the name of the parameter holding gamma ("gamma", or "gamma_offset" with gamma = 1 + it)."""
 LAYER_NORM_EPS = 1e-12
@@ -225,6 +229,12 @@ def set_mix_dims(model: Model, n_layers: int, width: int, where: str) -> None:
     if width_dim == "nW" and model.has_dim("nO"):
         model.set_dim("nO", n_layers * width, force=True)
     model.attrs[SHAPE_GIVEN] = True
+    model.attrs.pop(WEIGHTS_PROBLEM, None)
+
+
+def note_weights_problem(model: Model, problem: str) -> None:
+    """Keep, for the mix's own error, why the elmo component could not give it a shape."""
+    model.attrs[WEIGHTS_PROBLEM] = problem
 
 
 def _width_dim(model: Model) -> str:
@@ -325,6 +335,8 @@ def _take_layer_shape(model: Model, X: Optional[List[Doc]] = None, Y: Optional[L
     if annotated:
         n_layers, _, width = _stored_layers(model, annotated[0]).shape
         set_mix_dims(model, n_layers, width, model.attrs["source"])
+    elif not (model.has_dim("nL") and model.has_dim(_width_dim(model))) and model.attrs.get(WEIGHTS_PROBLEM):
+        raise ValueError(f"{model.attrs['source']} needs the elmo component's layers, but {model.attrs[WEIGHTS_PROBLEM]}")
     elif not (model.has_dim("nL") and model.has_dim(_width_dim(model))):
         raise ValueError(
             f"{model.attrs['source']} cannot see doc._.elmo on its sample docs and has no elmo component to ask: "

@@ -25,7 +25,7 @@ from ..io import (
 from ..nn.bilm import BiLM
 from ..nn.embedder import Embedder
 from ..nn.precision import Precision
-from .architectures import has_trained, reads_elmo, set_mix_dims
+from .architectures import has_trained, note_weights_problem, reads_elmo, set_mix_dims
 from .config import ElmoSettings, LayerCacheMode, LayerMix, MixSetting
 from .extensions import DATA_ATTR, install_extensions
 from .layer_cache import LayerCache, Words
@@ -213,21 +213,14 @@ class ElmoComponent(Pipe):
                     self.add_listener(node, component.name)
 
     def _give_shape(self, listener: Model, component_name: str) -> None:
-        shape = self._layer_shape()
-        if shape is not None:
-            set_mix_dims(listener, *shape, where=f"component {component_name!r}")
-
-    def _layer_shape(self) -> Optional[Tuple[int, int]]:
-        """(n_layers + 1, 2P) of the biLM, or None while its weights cannot be found
-        (a pipeline being loaded gets its mixes' shapes from its own files)."""
-        if self._bilm is not None:
-            config = self._bilm.config
-        else:
-            try:
-                config = bilm_config(self.weights, self.options)
-            except (ValueError, OSError):  # ModelFileError included
-                return None
-        return config.n_output_layers, config.output_dim
+        """Give `listener` the biLM's layer shape, if its weights can be read; a pipeline being
+        loaded gets its mixes' shapes from its own files, and a mix that finds none says why."""
+        try:
+            config = self._bilm.config if self._bilm is not None else bilm_config(self.weights, self.options)
+        except (ValueError, OSError) as err:  # ModelFileError included
+            note_weights_problem(listener, f"component {self.name!r} cannot read its weights: {err}")
+            return
+        set_mix_dims(listener, config.n_output_layers, config.output_dim, where=f"component {component_name!r}")
 
     def initialize(self, get_examples: Optional[Callable] = None, *, nlp: Optional[Language] = None) -> None:
         """Load the weights now rather than on the first doc."""

@@ -53,6 +53,14 @@ def test_a_mix_without_an_elmo_component_before_it_asks_for_its_shape(tiny_model
         nlp.initialize(lambda: tagged_examples(nlp))
 
 
+def test_a_frozen_elmo_component_whose_weights_cannot_be_read_is_named_with_the_reason(tmp_path):
+    """spaCy skips initializing a frozen component, so its weights are first needed by the mix."""
+    nlp = elmo_tagging_pipeline(tmp_path / "no-such-model")
+    problem = "needs the elmo component's layers, but component 'elmo' cannot read its weights: .*no-such-model: weights not found"
+    with pytest.raises(ValueError, match=problem), nlp.select_pipes(disable=["elmo"]):  # as `spacy train` initializes
+        nlp.initialize(lambda: tagged_examples(nlp))
+
+
 def test_each_component_carries_its_own_mix(tiny_model_dir):
     """The paper's task-specific weights: tagger and morphologizer each mix the layers their own way."""
     nlp = elmo_tagging_pipeline(tiny_model_dir, per_task=True)
