@@ -24,6 +24,7 @@ annotated: until a mix has seen annotated docs, it gives zeros for unannotated d
 training (spaCy's own listeners do the same); an unannotated doc in training is an error.
 """
 
+import math
 from typing import Any, Callable, List, NamedTuple, Optional, Set, Tuple, cast
 
 from spacy.tokens import Doc
@@ -81,8 +82,8 @@ def ElmoScalarMix_v2(
     `L2_is_weight_decay`) pulls gamma toward 1, as it pulls s toward 0 (the plain average).
     """
     _check_rate("spacy-elmo.ElmoScalarMix.v2", "dropout", dropout)
-    if l2_coef < 0:
-        raise ValueError(f"spacy-elmo.ElmoScalarMix.v2: l2_coef must not be negative, got {l2_coef}")
+    if not (_is_number(l2_coef) and 0 <= l2_coef < math.inf):
+        raise ValueError(f"spacy-elmo.ElmoScalarMix.v2: l2_coef must be a finite number, not negative, got {l2_coef!r}")
     return _mix_model(
         "spacy-elmo.ElmoScalarMix.v2",
         n_elmo_layers,
@@ -153,8 +154,9 @@ def WithElmo(
     """Docs -> (n_tokens, width) per doc: `[features(doc); mix(doc)]` through a layer-normalized
     Maxout to `width` (how spaCy's `MultiHashEmbed` combines its own features; as there, the
     Maxout's dropout follows spaCy's `[training] dropout`)."""
-    if width < 1 or maxout_pieces < 1:
-        raise ValueError(f"spacy-elmo.WithElmo.v1: width and maxout_pieces must be positive, got {width} and {maxout_pieces}")
+    for name, value in (("width", width), ("maxout_pieces", maxout_pieces)):
+        if not _is_integer(value) or value < 1:
+            raise ValueError(f"spacy-elmo.WithElmo.v1: {name} must be a positive integer, got {value!r}")
     combine = Maxout(nO=width, nP=maxout_pieces, dropout=0.0, normalize=True)
     return chain(concatenate(features, mix), with_array(combine))
 
@@ -297,13 +299,23 @@ def _mix_model(
 
 def _check_shape(source: str, n_elmo_layers: Optional[int], elmo_width: Optional[int]) -> None:
     for name, value in (("n_elmo_layers", n_elmo_layers), ("elmo_width", elmo_width)):
-        if value is not None and value < 1:
-            raise ValueError(f"{source}: {name} must be positive (or left out), got {value}")
+        if value is not None and (not _is_integer(value) or value < 1):
+            raise ValueError(f"{source}: {name} must be a positive integer (or left out), got {value!r}")
 
 
 def _check_rate(source: str, name: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{source}: {name} must lie in [0, 1), got {value}")
+    if not (_is_number(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{source}: {name} must be a number in [0, 1), got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float, not a bool nor a string of digits (a config's quoted "0.1" passes
+    spaCy's validation as a float but arrives as the string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _stored_layers(model: Model, doc: Doc) -> Floats3d:

@@ -13,6 +13,7 @@ MixName = Literal["average", "top"]
 MixSetting = Union[MixName, int, Dict[str, Any]]
 LayerCacheMode = Literal["training", "always", "never"]
 LAYER_CACHE_MODES: Tuple[str, ...] = get_args(LayerCacheMode)
+INTEGER_SETTINGS = ("batch_tokens", "window_size", "window_overlap", "num_threads", "token_cache_size", "layer_cache_bytes", "layer_cache_spill_bytes")
 MAX_THREADS = 1024
 """The most torch threads `num_threads` may ask for: OpenMP aborts the process, with no
 Python error, where it cannot start as many as asked."""
@@ -106,6 +107,10 @@ class ElmoSettings:
     layer_cache_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
+        for name in INTEGER_SETTINGS:  # a config's quoted "2" passes spaCy's validation as an int but arrives as the string
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
         LayerMix.check_syntax(self.mix)
         if self.batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {self.batch_tokens}")

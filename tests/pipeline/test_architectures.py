@@ -259,16 +259,33 @@ def test_weight_decay_pulls_gamma_toward_one_and_the_weights_toward_the_average(
 
 
 def test_v2_settings_are_checked():
-    with pytest.raises(ValueError, match="dropout must lie in"):
+    with pytest.raises(ValueError, match="dropout must be a number in"):
         ElmoScalarMix_v2(dropout=1.0)
-    with pytest.raises(ValueError, match="l2_coef must not be negative"):
+    with pytest.raises(ValueError, match="l2_coef must be a finite number, not negative, got -0.1"):
         ElmoScalarMix_v2(l2_coef=-0.1)
-    with pytest.raises(ValueError, match="width and maxout_pieces must be positive"):
+    with pytest.raises(ValueError, match="width must be a positive integer, got 0"):
         WithElmo(ElmoScalarMix_v2(), ElmoScalarMix_v2(), width=0)
-    with pytest.raises(ValueError, match="n_elmo_layers must be positive"):
+    with pytest.raises(ValueError, match="n_elmo_layers must be a positive integer"):
         ElmoScalarMix_v2(n_elmo_layers=0)
-    with pytest.raises(ValueError, match="elmo_width must be positive"):
+    with pytest.raises(ValueError, match="elmo_width must be a positive integer"):
         ElmoScalarMix(elmo_width=-3)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ElmoScalarMix_v2(dropout="0.1"), "spacy-elmo.ElmoScalarMix.v2: dropout must be a number in \\[0, 1\\), got '0.1'"),
+        (lambda: ElmoScalarMix_v2(dropout=float("nan")), "dropout must be a number in \\[0, 1\\), got nan"),
+        (lambda: ElmoScalarMix_v2(l2_coef=float("inf")), "l2_coef must be a finite number, not negative, got inf"),
+        (lambda: ElmoScalarMix_v2(n_elmo_layers="3"), "n_elmo_layers must be a positive integer \\(or left out\\), got '3'"),
+        (lambda: ElmoLayers(dropout="NaN"), "spacy-elmo.ElmoLayers.v1: dropout must be a number in \\[0, 1\\), got 'NaN'"),
+        (lambda: WithElmo(ElmoScalarMix_v2(), ElmoScalarMix_v2(), width="96"), "spacy-elmo.WithElmo.v1: width must be a positive integer, got '96'"),
+    ],
+)
+def test_a_quoted_or_non_finite_number_is_a_value_error_naming_the_setting(make, message):
+    """What spaCy's config validation lets through: "0.1" passes as a float, the CLI's NaN arrives as a string."""
+    with pytest.raises(ValueError, match=message):
+        make()
 
 
 def test_v2_empty_docs_whitespace_and_unannotated_docs(nlp, tiny_model_dir):
@@ -352,7 +369,7 @@ def test_elmo_layers_dropout_is_its_own_and_only_in_training(nlp):
     assert 0.35 < float((trained[0] == 0).mean() - (predicted == 0).mean()) < 0.65
     kept = trained[0] != 0
     numpy.testing.assert_allclose(trained[0][kept], 2.0 * predicted[kept], rtol=1e-6)
-    with pytest.raises(ValueError, match=r"spacy-elmo.ElmoLayers.v1: dropout must lie in \[0, 1\), got 1.0"):
+    with pytest.raises(ValueError, match=r"spacy-elmo.ElmoLayers.v1: dropout must be a number in \[0, 1\), got 1.0"):
         ElmoLayers(dropout=1.0)
 
 

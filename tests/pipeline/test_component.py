@@ -64,6 +64,8 @@ def test_mix_settings(tiny_model_dir, mix, weights, gamma):
         ({"token_cache_size": -1}, "token_cache_size"),
         ({"num_threads": -1}, "num_threads must be 0 \\(leave torch's setting\\) or a count up to 1024, got -1"),
         ({"num_threads": 10**9}, "num_threads must be 0 \\(leave torch's setting\\) or a count up to 1024, got 1000000000"),
+        ({"num_threads": "2"}, "num_threads must be an integer, got '2'"),
+        ({"batch_tokens": "4096"}, "batch_tokens must be an integer, got '4096'"),
         ({"device": "cuda:0"} if not torch.cuda.is_available() else {"device": "meta"}, "no CUDA device|must be one of"),
         ({"mix": {"weights": [[1, 2]]}}, "finite numbers"),
         ({"mix": {"weights": 5}}, "mix weights must be a list of finite numbers, one per layer, got 5"),
