@@ -24,7 +24,8 @@ SECTION = ConfigDict(extra="forbid")
 Int = Annotated[int, Strict()]
 Positive = Annotated[int, Strict(), Field(ge=1)]
 NotNegative = Annotated[int, Strict(), Field(ge=0)]
-Number = Annotated[float, Strict()]
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+"""A finite float: an infinite learning rate or eps would load and then train to nothing."""
 Text = Annotated[str, Strict()]
 
 
@@ -119,7 +120,8 @@ class BatchingSettings:
 
 @dataclass(frozen=True, config=SECTION)
 class TrainingSettings:
-    seed: Int = 0
+    seed: Annotated[Int, Field(ge=0, lt=2**32)] = 0
+    """Below 2**32: each process seeds torch with seed * 1000 + its rank, which must fit torch's 64 bits."""
     dropout: Annotated[Number, Field(ge=0, lt=1)] = 0.1
     """Share of every LSTM layer's input and of the top states dropped (bilm-tf's dropout)."""
     weight_drop: Annotated[Number, Field(ge=0, lt=1)] = 0.0

@@ -79,6 +79,10 @@ def test_an_out_of_range_value_in_each_section_is_named(section):
         ({"model.token_encoder": "bytes"}, "\\[model\\] token_encoder = 'bytes': Input should be 'characters' or 'words'"),
         ({"model.n_characters": 300}, "\\[model\\] .*n_characters must be 261 or 262, got 300"),
         ({"paths.init_from": 3}, "\\[paths\\] init_from = 3: Input should be a valid string"),
+        ({"optimizer.learning_rate": float("inf")}, "\\[optimizer\\] learning_rate = inf: Input should be a finite number"),
+        ({"optimizer.eps": float("inf")}, "\\[optimizer\\] eps = inf: Input should be a finite number"),
+        ({"training.seed": 2**63 - 1}, "\\[training\\] seed = 9223372036854775807: Input should be less than 4294967296"),
+        ({"training.seed": -5}, "\\[training\\] seed = -5: Input should be greater than or equal to 0"),
     ],
 )
 def test_mistakes_are_reported_at_load_time(overrides, message):
