@@ -30,6 +30,12 @@ def bilm_config(weights: PathLike, options: Optional[PathLike] = None, names: Tu
     return load_model_config(path) if options_path is None else read_options(options_path)
 
 
+def _is_hdf5(path: Path) -> bool:
+    import h5py
+
+    return bool(h5py.is_hdf5(path))
+
+
 def locate_bilm(weights: PathLike, options: Optional[PathLike], names: Tuple[str, str] = COMPONENT_SETTINGS) -> Tuple[Path, Optional[Path]]:
     """(model directory, None), or (public .hdf5 file, its options.json)."""
     weights_name, options_name = names
@@ -46,6 +52,9 @@ def locate_bilm(weights: PathLike, options: Optional[PathLike], names: Tuple[str
         raise ModelFileError(path, "weights not found (expected a model directory or a public .hdf5 file)")
     if is_model_dir(path.parent) and not options:
         raise ValueError(f"'{weights_name}' ({path}) is a file of the spacy-elmo model directory {path.parent}: give the directory itself")
+    if not options and not _is_hdf5(path):
+        checkpoint = " (a training checkpoint: give model-best/ or model-last/ beside it, or continue the training with --resume)"
+        raise ModelFileError(path, "neither a model directory, a spaCy pipeline nor a public ELMo .hdf5 file" + (checkpoint if path.suffix == ".pt" else ""))
     if not options:
         raise ValueError(f"'{weights_name}' ({path}) is a public ELMo weight file: set '{options_name}' to its options.json")
     return path, Path(options)

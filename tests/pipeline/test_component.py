@@ -109,6 +109,17 @@ def test_public_weights_need_their_options(allennlp_fixture):
         nlp(TEXT)
 
 
+@pytest.mark.parametrize(
+    "name, message", [("notes.txt", "neither a model directory"), ("last.pt", "neither a model directory.* \\(a training checkpoint: give model-best/")]
+)
+def test_weights_that_are_no_model_at_all_are_named(tmp_path, name, message):
+    (tmp_path / name).write_text("not a model")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / name)})
+    with pytest.raises(ModelFileError, match=f"{name}: {message}"):
+        nlp(TEXT)
+
+
 @pytest.mark.parametrize("name", ["weights.npz", "config.json"])
 def test_a_file_of_a_model_directory_as_weights_points_to_the_directory(tiny_model_dir, name):
     nlp = spacy.blank("en")
