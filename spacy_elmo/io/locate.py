@@ -50,11 +50,13 @@ def locate_bilm(weights: PathLike, options: Optional[PathLike], names: Tuple[str
         return find_model_dir(path), None
     if not path.exists():
         raise ModelFileError(path, "weights not found (expected a model directory or a public .hdf5 file)")
-    if is_model_dir(path.parent) and not options:
-        raise ValueError(f"'{weights_name}' ({path}) is a file of the spacy-elmo model directory {path.parent}: give the directory itself")
-    if not options and not _is_hdf5(path):
-        checkpoint = " (a training checkpoint: give model-best/ or model-last/ beside it, or continue the training with --resume)"
-        raise ModelFileError(path, "neither a model directory, a spaCy pipeline nor a public ELMo .hdf5 file" + (checkpoint if path.suffix == ".pt" else ""))
     if not options:
+        if is_model_dir(path.parent):
+            raise ValueError(f"'{weights_name}' ({path}) is a file of the spacy-elmo model directory {path.parent}: give the directory itself")
+        if not _is_hdf5(path):
+            checkpoint = " (a training checkpoint: give model-best/ or model-last/ beside it, or continue the training with --resume)"
+            raise ModelFileError(
+                path, "neither a model directory, a spaCy pipeline nor a public ELMo .hdf5 file" + (checkpoint if path.suffix == ".pt" else "")
+            )
         raise ValueError(f"'{weights_name}' ({path}) is a public ELMo weight file: set '{options_name}' to its options.json")
     return path, Path(options)

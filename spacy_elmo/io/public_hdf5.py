@@ -131,24 +131,20 @@ def load_public_weights(bilm: BiLM, weight_file: Union[str, Path], options_file:
     """Fill `bilm` from a public hdf5 file; every dataset is checked against the config."""
     table = weight_table(bilm)  # first: it refuses what the format cannot hold
     with _open_weights(weight_file) as handle:
-        path = Path(weight_file)
-        _check_layout(handle, table, bilm.config, path, options_file)
-        for name, entry in table.items():
-            try:
-                stored = numpy.asarray(handle[name][...], dtype=numpy.float32)
-            except (OSError, KeyError) as err:
-                raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
-            if not numpy.all(numpy.isfinite(stored)):
-                raise ModelFileError(path, f"dataset {name!r} holds NaN or infinite values")
-            entry.write(entry.to_torch(stored))
+        _check_layout(handle, table, bilm.config, Path(weight_file), options_file)
+        _fill(handle, table, Path(weight_file))
 
 
-def check_public_layout(config: BiLMConfig, weight_file: Union[str, Path], options_file: Union[str, Path]) -> None:
-    """ModelFileError where the file's datasets are not those a biLM of `config` stores, by
-    name, dtype and shape (read from the file's headers); nothing the options ask for is
-    allocated, so options of absurd sizes are refused, not built."""
-    with _open_weights(weight_file) as handle:
-        _check_layout(handle, weight_table(bilm_skeleton(config)), config, Path(weight_file), options_file)
+def _fill(handle: "h5py.File", table: Dict[str, _Entry], path: Path) -> None:
+    """Write every dataset of a file `_check_layout` accepted into the tensors of `table`."""
+    for name, entry in table.items():
+        try:
+            stored = numpy.asarray(handle[name][...], dtype=numpy.float32)
+        except (OSError, KeyError) as err:
+            raise ModelFileError(path, f"dataset {name!r} cannot be read, the file may be truncated ({err})") from err
+        if not numpy.all(numpy.isfinite(stored)):
+            raise ModelFileError(path, f"dataset {name!r} holds NaN or infinite values")
+        entry.write(entry.to_torch(stored))
 
 
 def _open_weights(weight_file: Union[str, Path]) -> "h5py.File":
@@ -210,9 +206,11 @@ def _write_weight_table(table: Dict[str, _Entry], path: Path) -> None:
 def load_public_model(options_file: Union[str, Path], weight_file: Union[str, Path]) -> BiLM:
     """Build a `BiLM` from an options.json + weights.hdf5 pair."""
     config = read_options(options_file)
-    check_public_layout(config, weight_file, options_file)
-    bilm = BiLM(config)
-    load_public_weights(bilm, weight_file, options_file)
+    with _open_weights(weight_file) as handle:
+        # the file's headers are checked against a skeleton first: options of absurd sizes are refused, not allocated
+        _check_layout(handle, weight_table(bilm_skeleton(config)), config, Path(weight_file), options_file)
+        bilm = BiLM(config)
+        _fill(handle, weight_table(bilm), Path(weight_file))
     return bilm.eval()
 
 

@@ -347,9 +347,9 @@ def _take_layer_shape(model: Model, X: Optional[List[Doc]] = None, Y: Optional[L
     if annotated:
         n_layers, _, width = _stored_layers(model, annotated[0]).shape
         set_mix_dims(model, n_layers, width, model.attrs["source"])
-    elif not (model.has_dim("nL") and model.has_dim(_width_dim(model))) and model.attrs.get(WEIGHTS_PROBLEM):
-        raise ValueError(f"{model.attrs['source']} needs the elmo component's layers, but {model.attrs[WEIGHTS_PROBLEM]}")
     elif not (model.has_dim("nL") and model.has_dim(_width_dim(model))):
+        if model.attrs.get(WEIGHTS_PROBLEM):
+            raise ValueError(f"{model.attrs['source']} needs the elmo component's layers, but {model.attrs[WEIGHTS_PROBLEM]}")
         raise ValueError(
             f"{model.attrs['source']} cannot see doc._.elmo on its sample docs and has no elmo component to ask: "
             "put an 'elmo' component with loadable weights before this one in the pipeline, "
