@@ -61,12 +61,11 @@ def write_whole(path: Path, text: str) -> None:
 def write_bytes_whole(path: Path, data: bytes) -> None:
     """`data` to `path`, whole or not at all; a one-line error naming `path` where it
     cannot be written (a folder, a full disk)."""
+    from spacy_elmo.cli.app import clean_errors
     from spacy_elmo.io.staging import write_atomically
 
-    try:
+    with clean_errors():
         write_atomically(path, lambda out: out.write(data))
-    except OSError as err:
-        raise typer.BadParameter(str(err)) from err
 
 
 def fingerprint(path: Path) -> str:
@@ -471,9 +470,13 @@ def sample(
     import spacy
     from spacy.tokens import DocBin
 
-    refuse_over_inputs(output, [train_path])
-    if rest is not None:
-        refuse_over_inputs(rest, [train_path, output])
+    from spacy_elmo.cli.app import clean_errors
+    from spacy_elmo.io.staging import refuse_writing_over_inputs
+
+    with clean_errors():
+        refuse_writing_over_inputs(output, [train_path])
+        if rest is not None:
+            refuse_writing_over_inputs(rest, [train_path, output])
     source = read_docbin(train_path)
     if docs > len(source):
         raise typer.BadParameter(f"--docs {docs} is more than the {len(source)} docs in {train_path}")
@@ -501,14 +504,14 @@ def lines(
     the input of `dump --all` for the twins' --elmo-layers."""
     from spacy.training import Corpus
 
+    from spacy_elmo.cli.app import clean_errors
+    from spacy_elmo.io.staging import refuse_writing_over_inputs
     from spacy_elmo.languages import blank_language
 
-    refuse_over_inputs(output, [docbin])
-    read_docbin(docbin)  # spaCy's reader only warns about a file that is not a DocBin
-    try:
+    with clean_errors():
+        refuse_writing_over_inputs(output, [docbin])
         nlp = blank_language(lang)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+    read_docbin(docbin)  # spaCy's reader only warns about a file that is not a DocBin
     texts = [" ".join(t.text for t in example.predicted if not t.is_space) for example in Corpus(docbin)(nlp)]
     write_whole(output, "".join(f"{text}\n" for text in texts if text))
     typer.echo(f"{len(texts)} docs into {output}")
@@ -524,16 +527,6 @@ def read_docbin(path: Path) -> Any:
         return DocBin().from_disk(path)
     except ValueError as err:  # spaCy's E1014, with a traceback behind it otherwise
         raise typer.BadParameter(f"{path}: not a DocBin (.spacy) file") from err
-
-
-def refuse_over_inputs(output: Path, inputs: List[Path]) -> None:
-    """spacy_elmo's refusal of an output that would replace an input, as a usage error."""
-    from spacy_elmo.io.staging import refuse_writing_over_inputs
-
-    try:
-        refuse_writing_over_inputs(output, inputs)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
 
 
 def arm_folders(elmo_arm: str) -> Dict[str, str]:
